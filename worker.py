@@ -1,0 +1,654 @@
+"""lease-queue: a durable job queue on one local SQLite file.
+
+Competing workers lease jobs with fencing tokens, retry within a finite budget,
+quarantine what cannot succeed ("dead", with a reason) and let an operator
+redrive it with an audit row. The full contract is ``spec/CONTRACT.md``; the
+executable specification is the ``model`` package. The rules this module keeps:
+
+1. Every argument is validated before anything changes, and a malformed one
+   raises ``ValueError``. "Exact" means ``type(x) is int`` (so ``bool`` is
+   rejected), ``type(x) is str``, ``type(x) is dict``. Inputs are never mutated.
+2. Every write is one ``BEGIN IMMEDIATE`` transaction (``_write_transaction``):
+   any error before COMMIT rolls the whole of it back and propagates; an error
+   after COMMIT keeps the committed state. No call leaves a transaction open.
+3. Nothing reads the wall clock: time is always a parameter (``now_ms``) or an
+   injected ``clock``. Nothing sleeps and nothing draws random numbers.
+4. A claim bumps the job's fencing ``token``; ``finish`` is a compare-and-set on
+   the whole ticket and on the time bounds, so a late or stale worker can never
+   overwrite a newer worker's result. Tokens never go down, not even on redrive.
+5. Fault hooks fire only on the path that made the change they name:
+   ``after-claim``, ``after-finish``, ``after-audit``, ``after-redrive`` before
+   COMMIT and ``after-commit`` after it. Paths that change nothing visible
+   (``claim`` -> ``None``, ``finish`` -> ``False``) call no hook.
+6. The network send in ``run_once`` happens outside any transaction. The queue
+   does not close the gap between an external effect and its completion record:
+   a crash in between means a re-send, which the receiver deduplicates by
+   (id, qty).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import re
+import sqlite3
+import stat
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = [
+    "BadAck",
+    "Conflict",
+    "Permanent",
+    "Retryable",
+    "claim",
+    "enqueue",
+    "finish",
+    "open_queue",
+    "redrive",
+    "retry_delay",
+    "run_file",
+    "run_once",
+]
+
+
+class Conflict(Exception):
+    """The same job id was enqueued again with another qty."""
+
+
+class Retryable(Exception):
+    """Raised by ``send``: the delivery may succeed if tried again later."""
+
+
+class Permanent(Exception):
+    """Raised by ``send``: the delivery can never succeed; quarantine the job."""
+
+
+class BadAck(Exception):
+    """``send`` returned something other than exactly ``True``."""
+
+
+Fault = Callable[[str], object]
+Clock = Callable[[], int]
+Send = Callable[[dict[str, Any]], object]
+
+# --- Ranges of the contract -------------------------------------------------
+
+MAX_NOW_MS = 10**15 - 60000
+MAX_TOKEN = 10**15
+MAX_LEASE_UNTIL = 10**15
+MAX_QTY = 1000
+MAX_ATTEMPTS = 16
+MAX_DURATION_MS = 60000  # ttl_ms, lease_ms, delay_ms, base_ms and cap_ms
+
+EVENT_KEYS = frozenset({"id", "qty"})
+TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
+OUTCOMES = ("ok", "retry", "permanent")
+
+RETRY_BASE_MS = 100
+RETRY_CAP_MS = 1000
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_IN_MEMORY_PATHS = ("", ":memory:")
+
+# --- SQL: every statement is named once --------------------------------------
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL UNIQUE, qty INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK(status IN ('pending','leased','done','dead')),
+  attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL, token INTEGER NOT NULL,
+  available_at INTEGER NOT NULL, deadline INTEGER NOT NULL,
+  owner TEXT, lease_until INTEGER, reason TEXT)""",
+    """CREATE TABLE IF NOT EXISTS redrives (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL, note TEXT NOT NULL)""",
+)
+
+_SELECT_QTY = "SELECT qty FROM jobs WHERE id = ?"
+
+_INSERT_JOB = """INSERT INTO jobs
+  (id, qty, status, attempts, max_attempts, token, available_at, deadline,
+   owner, lease_until, reason)
+  VALUES (?, ?, 'pending', 0, ?, 0, ?, ?, NULL, NULL, NULL)"""
+
+# Claimable rows are "pending and due" or "leased with an expired lease"; the
+# quarantine looks at every pending row (due or not) and every expired lease.
+_QUARANTINE = """UPDATE jobs
+  SET status = 'dead',
+      reason = CASE WHEN deadline <= :now THEN 'deadline' ELSE 'exhausted' END,
+      owner = NULL, lease_until = NULL
+  WHERE (status = 'pending' OR (status = 'leased' AND lease_until <= :now))
+    AND (deadline <= :now OR attempts >= max_attempts)"""
+
+_SELECT_CLAIMABLE = """SELECT seq, id, qty, attempts, token, deadline FROM jobs
+  WHERE (status = 'pending' AND available_at <= :now)
+     OR (status = 'leased' AND lease_until <= :now)
+  ORDER BY seq LIMIT 1"""
+
+_LEASE = """UPDATE jobs
+  SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
+  WHERE seq = ?"""
+
+# A ticket is live only if it matches the row in full and neither the lease nor
+# the job's deadline has passed: the same owner may be an older run of itself.
+_SELECT_LIVE_LEASE = """SELECT seq, attempts, max_attempts, deadline FROM jobs
+  WHERE id = ? AND status = 'leased'
+    AND qty = ? AND owner = ? AND token = ? AND attempts = ? AND lease_until = ?
+    AND ? < lease_until AND ? < deadline"""
+
+_SETTLE = """UPDATE jobs
+  SET status = ?, reason = ?, available_at = ?, owner = NULL, lease_until = NULL
+  WHERE seq = ?"""
+
+_SELECT_STATUS_TOKEN = "SELECT seq, status, token FROM jobs WHERE id = ?"
+
+_INSERT_AUDIT = "INSERT INTO redrives (id, token, at_ms, note) VALUES (?, ?, ?, ?)"
+
+_REQUEUE = """UPDATE jobs
+  SET status = 'pending', attempts = 0, available_at = ?, deadline = ?,
+      owner = NULL, lease_until = NULL, reason = NULL
+  WHERE seq = ?"""
+
+
+# --- Validation: one helper per kind of argument ------------------------------
+
+
+def _reject(name: str, expected: str, value: object) -> ValueError:
+    return ValueError(
+        f"{name!r} must be {expected} (got {value!r} that is a {type(value).__name__!r})"
+    )
+
+
+def _exact_int(name: str, value: object, lo: int, hi: int) -> int:
+    """Return ``value`` if it is an exact ``int`` in ``lo .. hi`` inclusive."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise _reject(name, f"an int in {lo}..{hi}", value)
+    return value
+
+
+def _now_ms(name: str, value: object) -> int:
+    """Return ``value`` if it is a valid time on the shared millisecond base."""
+    return _exact_int(name, value, 0, MAX_NOW_MS)
+
+
+def _identifier(name: str, value: object) -> str:
+    """Return ``value`` if it is a str of 1-64 ASCII letters, digits, '_' or '-'."""
+    if type(value) is not str or _IDENTIFIER.fullmatch(value) is None:
+        raise _reject(name, "a str of 1-64 ASCII letters, digits, '_' or '-'", value)
+    return value
+
+
+def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any]:
+    """Return ``value`` if it is an exact ``dict`` with exactly ``keys``."""
+    if type(value) is not dict or value.keys() != keys:
+        raise _reject(name, f"a dict with exactly the keys {sorted(keys)}", value)
+    return value
+
+
+def _jitter(value: object) -> float:
+    """Return ``value`` if it is an exact int or float, finite, in 0..1."""
+    if (type(value) is int or type(value) is float) and math.isfinite(value) and 0 <= value <= 1:
+        return value
+    raise _reject("jitter", "a finite int or float in 0..1", value)
+
+
+def _optional_hook(value: object) -> Fault | None:
+    """Return ``value`` if it is ``None`` or callable (the fault hook)."""
+    if value is not None and not callable(value):
+        raise _reject("fault", "None or a callable", value)
+    return value
+
+
+def _callable(name: str, value: object) -> Callable[..., object]:
+    if not callable(value):
+        raise _reject(name, "a callable", value)
+    return value
+
+
+def _idle_connection(con: object) -> sqlite3.Connection:
+    """Return ``con`` if it is a connection with no open transaction.
+
+    The functions here own their transactions; committing or rolling back a
+    caller's half-finished transaction would silently change its meaning.
+    """
+    if not isinstance(con, sqlite3.Connection):
+        raise _reject("con", "a sqlite3.Connection", con)
+    if con.in_transaction:
+        raise ValueError("'con' has an open transaction; finish it before calling the queue")
+    return con
+
+
+def _queue_path(path: object) -> str:
+    """Return ``path`` as a str if it names a file (not an in-memory database)."""
+    if type(path) is not str and not isinstance(path, os.PathLike):
+        raise _reject("path", "a str or os.PathLike naming a local file", path)
+    name = os.fsdecode(os.fspath(path))
+    if name in _IN_MEMORY_PATHS or "\x00" in name:
+        raise _reject("path", "a local file path (not in-memory, not empty)", path)
+    return name
+
+
+# --- Transactions and hooks -------------------------------------------------
+
+
+class _Hooks:
+    """The fault hooks of one write transaction.
+
+    ``reached(point)`` calls the hook for a change this path made and arms
+    ``after-commit``; a path that never reaches a change point calls no hook.
+    """
+
+    def __init__(self, fault: Fault | None) -> None:
+        self._fault = fault
+        self.armed = False
+
+    def reached(self, point: str) -> None:
+        self.armed = True
+        if self._fault is not None:
+            self._fault(point)
+
+    def committed(self) -> None:
+        if self.armed and self._fault is not None:
+            self._fault("after-commit")
+
+
+@contextlib.contextmanager
+def _write_transaction(con: sqlite3.Connection, fault: Fault | None = None) -> Iterator[_Hooks]:
+    """Run the body in one ``BEGIN IMMEDIATE`` transaction.
+
+    Any exception (``BaseException`` included) before COMMIT, or from COMMIT
+    itself, rolls everything back and propagates unchanged. After COMMIT the
+    ``after-commit`` hook runs if the body reached a change point; its error
+    propagates and the committed state stays.
+    """
+    hooks = _Hooks(fault)
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield hooks
+        con.execute("COMMIT")
+    except BaseException:
+        con.rollback()
+        raise
+    hooks.committed()
+
+
+def _row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...] | None:
+    """Fetch one row as a plain tuple, whatever ``row_factory`` the caller set."""
+    cursor = con.cursor()
+    cursor.row_factory = None
+    row: tuple[Any, ...] | None = cursor.execute(sql, params).fetchone()
+    cursor.close()
+    return row
+
+
+# --- 1. retry_delay ------------------------------------------------------------
+
+
+def retry_delay(attempt: int, base_ms: int, cap_ms: int, jitter: float) -> int:
+    """Return ``floor(min(cap_ms, base_ms * 2**(attempt-1)) * jitter)``.
+
+    ``attempt`` is 1-16, ``base_ms`` 1-60000, ``cap_ms`` base_ms-60000 (exact
+    ints); ``jitter`` is the caller's random ratio, a finite int or float in
+    0-1. The cap applies before the ratio. Raises ``ValueError`` on bad input.
+    """
+    _exact_int("attempt", attempt, 1, MAX_ATTEMPTS)
+    _exact_int("base_ms", base_ms, 1, MAX_DURATION_MS)
+    _exact_int("cap_ms", cap_ms, base_ms, MAX_DURATION_MS)
+    _jitter(jitter)
+    capped: int = min(cap_ms, base_ms * 2 ** (attempt - 1))
+    return math.floor(capped * jitter)
+
+
+# --- 2. open_queue -------------------------------------------------------------
+
+
+def open_queue(path: str | os.PathLike[str]) -> sqlite3.Connection:
+    """Open (creating if needed) the queue file at ``path`` and return a connection.
+
+    The connection has ``isolation_level=None``, a 1 s busy timeout,
+    ``journal_mode=DELETE`` and ``synchronous=FULL``. The ``jobs`` and
+    ``redrives`` tables are created in one transaction only if missing;
+    existing rows are kept. Raises ``ValueError`` for a path that is not a str
+    or PathLike, or that names an in-memory database (``""``, ``":memory:"``).
+    If initialisation fails the connection is closed and the error propagates.
+    """
+    name = _queue_path(path)
+    con = sqlite3.connect(name, timeout=1, isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode=DELETE").fetchall()
+        con.execute("PRAGMA synchronous=FULL")
+        with _write_transaction(con):
+            for statement in SCHEMA:
+                con.execute(statement)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+# --- 3. enqueue ----------------------------------------------------------------
+
+
+def enqueue(
+    con: sqlite3.Connection,
+    event: dict[str, Any],
+    now_ms: int,
+    ttl_ms: int,
+    max_attempts: int = 3,
+) -> bool:
+    """Add the job ``event`` (exactly ``{"id", "qty"}``) as pending.
+
+    Returns ``True`` for a new job (attempts 0, token 0, available now, due by
+    ``now_ms + ttl_ms``) and ``False`` for an intake retry of the same id and
+    qty, which keeps the whole existing row (its ttl and budget included).
+
+    Raises:
+        Conflict: the id exists with another qty.
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    event = _exact_dict("event", event, EVENT_KEYS)
+    job_id = _identifier("event['id']", event["id"])
+    qty = _exact_int("event['qty']", event["qty"], 1, MAX_QTY)
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    with _write_transaction(con):
+        existing = _row(con, _SELECT_QTY, (job_id,))
+        if existing is None:
+            con.execute(_INSERT_JOB, (job_id, qty, max_attempts, now_ms, now_ms + ttl_ms))
+            return True
+        if existing[0] == qty:
+            return False
+        raise Conflict(f"job {job_id!r} exists with qty {existing[0]}, not {qty}")
+
+
+# --- 4. claim ------------------------------------------------------------------
+
+
+def claim(
+    con: sqlite3.Connection,
+    owner: str,
+    now_ms: int,
+    lease_ms: int = 1000,
+    fault: Fault | None = None,
+) -> dict[str, Any] | None:
+    """Lease the oldest claimable job to ``owner`` and return its ticket.
+
+    In one transaction: first quarantine (``dead``) every pending or
+    expired-leased job whose deadline has passed (reason ``deadline``) or
+    whose budget is spent (``exhausted``); then take the lowest-seq job that is
+    pending and due, or leased with ``lease_until <= now_ms``. Its attempts and
+    fencing token go up by one and it is leased until
+    ``min(now_ms + lease_ms, deadline)``.
+
+    Returns the ticket ``{id, qty, owner, token, attempt, lease_until}``, or
+    ``None`` when nothing is claimable (the quarantine is still committed, and
+    no hook is called). Hooks: ``after-claim``, then ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    owner = _identifier("owner", owner)
+    now_ms = _now_ms("now_ms", now_ms)
+    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    with _write_transaction(con, fault) as hooks:
+        con.execute(_QUARANTINE, {"now": now_ms})
+        job = _row(con, _SELECT_CLAIMABLE, {"now": now_ms})
+        if job is None:
+            return None
+        seq, job_id, qty, attempts, token, deadline = job
+        ticket = {
+            "id": job_id,
+            "qty": qty,
+            "owner": owner,
+            "token": token + 1,
+            "attempt": attempts + 1,
+            "lease_until": min(now_ms + lease_ms, deadline),
+        }
+        con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
+        hooks.reached("after-claim")
+    return ticket
+
+
+# --- 5. finish -----------------------------------------------------------------
+
+
+def _settlement(
+    outcome: str, attempts: int, max_attempts: int, now_ms: int, delay_ms: int, deadline: int
+) -> tuple[str, str | None, int]:
+    """Decide ``(status, reason, available_at)`` for a live ticket's outcome."""
+    if outcome == "ok":
+        return "done", None, now_ms
+    if outcome == "permanent":
+        return "dead", "permanent", now_ms
+    if attempts >= max_attempts:
+        return "dead", "exhausted", now_ms
+    if now_ms + delay_ms >= deadline:
+        return "dead", "deadline", now_ms
+    return "pending", "retry", now_ms + delay_ms
+
+
+def _ticket(value: object) -> dict[str, Any]:
+    """Return ``value`` if it is a well-formed ticket as ``claim`` returns it."""
+    ticket = _exact_dict("ticket", value, frozenset(TICKET_KEYS))
+    _identifier("ticket['id']", ticket["id"])
+    _identifier("ticket['owner']", ticket["owner"])
+    _exact_int("ticket['qty']", ticket["qty"], 1, MAX_QTY)
+    _exact_int("ticket['token']", ticket["token"], 1, MAX_TOKEN)
+    _exact_int("ticket['attempt']", ticket["attempt"], 1, MAX_ATTEMPTS)
+    _exact_int("ticket['lease_until']", ticket["lease_until"], 1, MAX_LEASE_UNTIL)
+    return ticket
+
+
+def finish(
+    con: sqlite3.Connection,
+    ticket: dict[str, Any],
+    outcome: str,
+    now_ms: int,
+    delay_ms: int = 0,
+    fault: Fault | None = None,
+) -> str | bool:
+    """Record the ``outcome`` (``ok``, ``retry`` or ``permanent``) of a ticket.
+
+    The ticket must still be live: the job is ``leased`` and its qty, owner,
+    token, attempts and lease_until equal the ticket's, and
+    ``now_ms < lease_until`` and ``now_ms < deadline``. Otherwise nothing
+    changes and the result is ``False`` (no hook is called).
+
+    ``ok`` -> ``done``; ``permanent`` -> ``dead``/permanent; ``retry`` ->
+    ``dead``/exhausted if the budget is spent, else ``dead``/deadline if
+    ``now_ms + delay_ms >= deadline``, else ``pending``/retry, available at
+    ``now_ms + delay_ms`` (``now_ms`` for every other status). Returns the new
+    status. Hooks: ``after-finish``, then ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    ticket = _ticket(ticket)
+    if type(outcome) is not str or outcome not in OUTCOMES:
+        raise _reject("outcome", f"one of {OUTCOMES}", outcome)
+    now_ms = _now_ms("now_ms", now_ms)
+    delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    with _write_transaction(con, fault) as hooks:
+        live = _row(
+            con,
+            _SELECT_LIVE_LEASE,
+            (
+                ticket["id"],
+                ticket["qty"],
+                ticket["owner"],
+                ticket["token"],
+                ticket["attempt"],
+                ticket["lease_until"],
+                now_ms,
+                now_ms,
+            ),
+        )
+        if live is None:
+            return False
+        seq, attempts, max_attempts, deadline = live
+        status, reason, available_at = _settlement(
+            outcome, attempts, max_attempts, now_ms, delay_ms, deadline
+        )
+        con.execute(_SETTLE, (status, reason, available_at, seq))
+        hooks.reached("after-finish")
+    return status
+
+
+# --- 6. redrive ----------------------------------------------------------------
+
+
+def redrive(
+    con: sqlite3.Connection,
+    job_id: str,
+    now_ms: int,
+    ttl_ms: int,
+    note: str,
+    fault: Fault | None = None,
+) -> bool:
+    """Re-queue the dead job ``job_id`` with a fresh budget; return ``True``.
+
+    In one transaction: write the audit row (id, current token, ``now_ms``,
+    ``note``) to ``redrives``, then make the job pending with attempts 0,
+    available now and due by ``now_ms + ttl_ms``. qty, max_attempts and the
+    fencing token are kept, so no old ticket can ever become live again.
+    Hooks: ``after-audit``, ``after-redrive``, then ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument, or no such job, or the job is not
+            dead; nothing was changed and no audit row was written.
+    """
+    con = _idle_connection(con)
+    job_id = _identifier("job_id", job_id)
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    note = _identifier("note", note)
+    fault = _optional_hook(fault)
+    with _write_transaction(con, fault) as hooks:
+        job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))
+        if job is None:
+            raise ValueError(f"no job {job_id!r} to redrive")
+        seq, status, token = job
+        if status != "dead":
+            raise ValueError(f"job {job_id!r} is {status}, only a dead job can be redriven")
+        con.execute(_INSERT_AUDIT, (job_id, token, now_ms, note))
+        hooks.reached("after-audit")
+        con.execute(_REQUEUE, (now_ms, now_ms + ttl_ms, seq))
+        hooks.reached("after-redrive")
+    return True
+
+
+# --- 7. run_once ---------------------------------------------------------------
+
+
+def _validate_run(
+    owner: object, clock: object, send: object, jitter: object, lease_ms: object
+) -> None:
+    """Validate ``run_once``'s own arguments, ``jitter`` first, before any clock read."""
+    _jitter(jitter)
+    _identifier("owner", owner)
+    _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    _callable("clock", clock)
+    _callable("send", send)
+
+
+def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
+    """Call ``send`` once with a fresh ``{id, qty}`` and classify the answer.
+
+    Returns ``(outcome, delay_ms)``. Only an exact ``True`` is ``ok``;
+    ``Retryable`` is ``retry`` with a capped, jittered backoff; ``Permanent``
+    is ``permanent``. Any other return raises ``BadAck``, and any other
+    exception propagates untouched.
+    """
+    try:
+        ack = send({"id": ticket["id"], "qty": ticket["qty"]})
+    except Retryable:
+        return "retry", retry_delay(ticket["attempt"], RETRY_BASE_MS, RETRY_CAP_MS, jitter)
+    except Permanent:
+        return "permanent", 0
+    if ack is not True:
+        raise BadAck(f"send must return exactly True, got {ack!r}")
+    return "ok", 0
+
+
+def run_once(
+    con: sqlite3.Connection,
+    owner: str,
+    clock: Clock,
+    send: Send,
+    jitter: float,
+    lease_ms: int = 1000,
+) -> dict[str, Any] | None:
+    """Claim one job, deliver it with ``send`` outside any transaction, finish it.
+
+    Returns ``None`` if nothing was claimable (``send`` is not called), else
+    ``{"id", "token", "status"}`` where status is ``finish``'s result, or
+    ``"stale"`` if the ticket was no longer live at the second clock reading.
+
+    Raises:
+        ValueError: a malformed argument (``jitter`` is checked before the
+            clock is read); or the second ``clock()`` value is invalid or
+            earlier than the first (the claim stays committed).
+        BadAck: ``send`` returned something other than ``True``; the job stays
+            leased until its lease expires.
+        Any other exception from ``send`` propagates as is; the job stays leased.
+    """
+    _validate_run(owner, clock, send, jitter, lease_ms)
+    claimed_at = clock()
+    ticket = claim(con, owner, claimed_at, lease_ms)
+    if ticket is None:
+        return None
+    outcome, delay_ms = _deliver(send, ticket, jitter)
+    finished_at = _now_ms("second clock()", clock())
+    if finished_at < claimed_at:
+        raise ValueError(f"clock went backwards: {finished_at} after {claimed_at}")
+    status = finish(con, ticket, outcome, finished_at, delay_ms)
+    return {"id": ticket["id"], "token": ticket["token"], "status": status or "stale"}
+
+
+# --- 8. run_file ---------------------------------------------------------------
+
+
+def _existing_queue_file(path: object) -> str:
+    """Return ``path`` if it names an existing regular file; never create one."""
+    name = _queue_path(path)
+    try:
+        is_file = stat.S_ISREG(os.stat(name).st_mode)
+    except FileNotFoundError:
+        is_file = False
+    if not is_file:
+        raise FileNotFoundError(errno.ENOENT, "no queue file (run open_queue to create one)", name)
+    return name
+
+
+def run_file(
+    path: str | os.PathLike[str],
+    owner: str,
+    clock: Clock,
+    send: Send,
+    jitter: float,
+    lease_ms: int = 1000,
+) -> dict[str, Any] | None:
+    """Open the existing queue file at ``path``, ``run_once`` on it, and close it.
+
+    Returns ``run_once``'s result. The connection is closed on success and on
+    failure.
+
+    Raises:
+        FileNotFoundError: ``path`` is not an existing regular file.
+        ValueError: a malformed argument.
+        Anything ``run_once`` raises.
+    """
+    _validate_run(owner, clock, send, jitter, lease_ms)
+    con = open_queue(_existing_queue_file(path))
+    try:
+        return run_once(con, owner, clock, send, jitter, lease_ms)
+    finally:
+        con.close()
