@@ -2,7 +2,7 @@
 
 Competing workers lease jobs with fencing tokens, retry within a finite budget,
 quarantine what cannot succeed ("dead", with a reason) and let an operator
-redrive it with an audit row. The full contract is ``spec/CONTRACT.md``; the
+redrive it with an audit row. The full contract is ``docs/spec/CONTRACT.md``; the
 executable specification is the ``model`` package. The rules this module keeps:
 
 1. Every argument is validated before anything changes, and a malformed one
