@@ -1,14 +1,46 @@
-"""Fixtures shared by every suite: a real queue file in a temporary folder."""
+"""Fixtures shared by every suite, and the hypothesis settings profiles.
+
+Profiles are chosen by the environment variable ``HYPOTHESIS_PROFILE``:
+
+- ``ci`` (default; what ``make test`` and ``.ci/run`` use): derandomized, so a
+  CI failure replays identically on any machine, sized to about 3 minutes of
+  stateful fuzzing on 2 cores.
+- ``dev``: a quick local loop, random seeds, failures saved in ``.hypothesis``.
+- ``fuzz``: long campaigns (``make fuzz MINUTES=N``), random, never derandomized.
+"""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import worker
+
+_SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SLOW_IS_FINE,
+)
+settings.register_profile(
+    "dev", max_examples=30, deadline=None, print_blob=True, suppress_health_check=_SLOW_IS_FINE
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=1_000_000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SLOW_IS_FINE,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

@@ -1,0 +1,55 @@
+"""An executable specification of lease-queue: the job lifecycle as a state machine.
+
+``model`` is the document a new engineer reads to learn how a job moves through
+the queue, and the oracle a stateful test compares ``worker.py`` against, step
+by step. It keeps no SQLite and no clock: the whole queue is in memory and
+time is always an argument.
+
+- ``model.lifecycle``: the states, the transitions in decision order and their
+  effects, as data (start here);
+- ``model.job``: ``Job``, one row of the jobs table, whose methods are the
+  guards and effects the tables name; the ``transitions`` machine built from
+  the tables;
+- ``model.rules``: every argument rule, as data;
+- ``model.queue``: ``QueueModel``, with ``worker.py``'s operations, results and
+  exceptions, and ``retry_delay``;
+- ``model.diagram``: renders ``docs/state-machine.md`` from all of the above
+  (``python -m model.diagram``, ``--check`` to verify).
+"""
+
+from model.job import Call, Job, machine_config, new_machine
+from model.lifecycle import (
+    CLAIM_TRIGGERS,
+    EFFECTS,
+    FINISH_TRIGGERS,
+    QUARANTINE_TRIGGERS,
+    REDRIVE_TRIGGERS,
+    STATES,
+    TRANSITIONS,
+)
+from model.queue import QueueModel, Rows, retry_delay
+from model.rules import ARGUMENT_RULES, check_arguments
+from worker import BadAck, Conflict, Permanent, Retryable
+
+__all__ = [
+    "ARGUMENT_RULES",
+    "CLAIM_TRIGGERS",
+    "EFFECTS",
+    "FINISH_TRIGGERS",
+    "QUARANTINE_TRIGGERS",
+    "REDRIVE_TRIGGERS",
+    "STATES",
+    "TRANSITIONS",
+    "BadAck",
+    "Call",
+    "Conflict",
+    "Job",
+    "Permanent",
+    "QueueModel",
+    "Retryable",
+    "Rows",
+    "check_arguments",
+    "machine_config",
+    "new_machine",
+    "retry_delay",
+]

@@ -1,0 +1,182 @@
+"""The argument rules of the queue, declared as data.
+
+Stated here independently of ``worker.py``, straight from ``docs/spec/CONTRACT.md``
+(its "Decisions" included):
+
+1. "Exact" means ``type(x) is int`` / ``str`` / ``dict`` / ``float``: ``bool`` and
+   every subclass are rejected.
+2. An identifier is an exact ``str`` that fully matches ``[A-Za-z0-9_-]{1,64}``.
+3. Every time (``now_ms``, each ``clock()`` reading) is an exact int in
+   ``0 .. 10**15 - 60000``; every range is inclusive.
+4. A dict argument has exactly the required keys, no more and no fewer.
+5. A malformed argument raises ``ValueError`` (never ``TypeError``) before
+   anything changes; ``check_arguments`` checks in the order it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+MAX_TIME_MS: Final = 10**15 - 60000
+MAX_TOKEN: Final = 10**15
+MAX_LEASE_UNTIL: Final = 10**15
+MAX_DURATION_MS: Final = 60000
+OUTCOMES: Final = ("ok", "retry", "permanent")
+
+
+class Rule:
+    """What one argument must be; ``str(rule)`` says it in words."""
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        """Whether ``value`` is well formed (``arguments`` are the call's other arguments)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Int(Rule):
+    """An exact ``int`` in ``lo .. hi``; ``lo`` may name another, earlier argument."""
+
+    lo: int | str
+    hi: int
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        lo = arguments[self.lo] if isinstance(self.lo, str) else self.lo
+        return type(value) is int and type(lo) is int and lo <= value <= self.hi
+
+    def __str__(self) -> str:
+        return f"an int in {self.lo}..{self.hi}"
+
+
+@dataclass(frozen=True)
+class Identifier(Rule):
+    """An exact ``str`` of 1-64 ASCII letters, digits, ``_`` or ``-``."""
+
+    pattern: re.Pattern[str] = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        return type(value) is str and self.pattern.fullmatch(value) is not None
+
+    def __str__(self) -> str:
+        return "a str of 1-64 ASCII letters, digits, '_' or '-'"
+
+
+@dataclass(frozen=True)
+class Ratio(Rule):
+    """An exact ``int`` or ``float``, finite, in ``0 .. 1`` (the caller's jitter)."""
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        return (type(value) is int or type(value) is float) and (
+            math.isfinite(value) and 0 <= value <= 1
+        )
+
+    def __str__(self) -> str:
+        return "a finite int or float in 0..1"
+
+
+@dataclass(frozen=True)
+class OneOf(Rule):
+    """An exact ``str`` among ``choices``."""
+
+    choices: tuple[str, ...]
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        return type(value) is str and value in self.choices
+
+    def __str__(self) -> str:
+        return f"one of {self.choices}"
+
+
+@dataclass(frozen=True)
+class Function(Rule):
+    """Something callable; with ``optional``, ``None`` too (no hook)."""
+
+    optional: bool = False
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        return callable(value) or (self.optional and value is None)
+
+    def __str__(self) -> str:
+        return "None or a callable" if self.optional else "a callable"
+
+
+@dataclass(frozen=True)
+class Record(Rule):
+    """An exact ``dict`` with exactly the keys of ``fields``, each value following its rule."""
+
+    fields: Mapping[str, Rule]
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        return (
+            type(value) is dict
+            and value.keys() == self.fields.keys()
+            and all(rule.accepts(value[key], value) for key, rule in self.fields.items())
+        )
+
+    def __str__(self) -> str:
+        return "a dict with exactly " + ", ".join(
+            f"{key!r}: {rule}" for key, rule in self.fields.items()
+        )
+
+
+IDENTIFIER: Final = Identifier()
+TIME: Final = Int(0, MAX_TIME_MS)
+DURATION: Final = Int(1, MAX_DURATION_MS)
+QTY: Final = Int(1, 1000)
+ATTEMPTS: Final = Int(1, 16)
+
+ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
+    # enqueue
+    "event": Record({"id": IDENTIFIER, "qty": QTY}),
+    "now_ms": TIME,
+    "ttl_ms": DURATION,
+    "max_attempts": ATTEMPTS,
+    # claim
+    "owner": IDENTIFIER,
+    "lease_ms": DURATION,
+    "fault": Function(optional=True),
+    # finish
+    "ticket": Record(
+        {
+            "id": IDENTIFIER,
+            "qty": QTY,
+            "owner": IDENTIFIER,
+            "token": Int(1, MAX_TOKEN),
+            "attempt": ATTEMPTS,
+            "lease_until": Int(1, MAX_LEASE_UNTIL),
+        }
+    ),
+    "outcome": OneOf(OUTCOMES),
+    "delay_ms": Int(0, MAX_DURATION_MS),
+    # redrive
+    "job_id": IDENTIFIER,
+    "note": IDENTIFIER,
+    # run_once (its first clock() reading is claim's now_ms)
+    "jitter": Ratio(),
+    "clock": Function(),
+    "send": Function(),
+    "finished_at": TIME,
+    # retry_delay
+    "attempt": ATTEMPTS,
+    "base_ms": DURATION,
+    "cap_ms": Int("base_ms", MAX_DURATION_MS),
+}
+"""Argument name -> the rule every queue operation applies to an argument of that name."""
+
+
+def check_arguments(**arguments: object) -> None:
+    """Check each argument against ``ARGUMENT_RULES``, in the order given.
+
+    Raises:
+        ValueError: the first malformed argument, named, with what was expected
+            and what came.
+    """
+    for name, value in arguments.items():
+        rule = ARGUMENT_RULES[name]
+        if not rule.accepts(value, arguments):
+            raise ValueError(
+                f"{name!r} must be {rule} (got {value!r} that is a {type(value).__name__!r})"
+            )

@@ -1,0 +1,542 @@
+"""worker.py and the model in lockstep: every step runs on both and must agree.
+
+Each rule is one API verb. It calls ``worker.py`` on a real SQLite file and the
+``QueueModel`` with the same arguments and asserts that both return the same
+value (or raise the same exception type) and call the same fault hooks in the
+same order. After every step the invariants compare every row of both tables
+and check the queue's promises that hold whatever the model says: no open
+transaction, tokens never go down, at most one live ticket per job, and a
+``done`` job never changes again.
+
+When a step disagrees, hypothesis shrinks the run to a short program of rule
+calls (``tickets_0 = state.claim(...)``); ``docs/debugging.md`` shows how to
+read and replay one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+import model
+import worker
+from tests.support import JOB_COLUMNS, IntSubclass, StrSubclass, read_rows
+
+# A file on tmpfs is still a real SQLite file, but its fsyncs cost nothing: the
+# lockstep machine measures logic, not the disk (the benchmarks measure the disk).
+SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+MAX_NOW = 10**15 - 60000
+IDS = ("a", "b", "c")
+OWNERS = ("c1", "c2")
+OUTCOMES = ("ok", "retry", "permanent")
+HOOK_POINTS = ("after-claim", "after-finish", "after-audit", "after-redrive", "after-commit")
+TICKET_FIELDS = ("id", "qty", "owner", "token", "attempt", "lease_until")
+
+# Durations lean on the edges of their ranges and on short values that make
+# leases, deadlines and availability collide with each other.
+TTLS = st.one_of(st.sampled_from([1, 2, 5, 30, 100, 60000]), st.integers(1, 60000))
+LEASES = st.one_of(st.sampled_from([1, 2, 10, 50, 1000]), st.integers(1, 60000))
+BUDGETS = st.integers(1, 4)
+FAULTS = st.one_of(st.none(), st.sampled_from(HOOK_POINTS))
+# A delay is either a number or an aim relative to the job's deadline.
+DELAYS = st.one_of(st.sampled_from(["to_deadline", "before_deadline"]), st.integers(0, 60000))
+BOUNDARIES = ("available_at", "deadline", "lease_until")
+# The second clock reading of run_once: an offset in ms, or an aim.
+LATER = st.one_of(
+    st.sampled_from(["at_lease_end", "before_lease_end", "backwards", "invalid"]),
+    st.integers(0, 100),
+)
+SENDS = (
+    "ack",  # returns True
+    "bad_ack",  # returns 1: BadAck, job stays leased
+    "retryable",
+    "permanent",
+    "crash",  # an unclassified error: propagates, job stays leased
+    "vandal",  # mutates the dict it got, then acks
+    "enqueue_elsewhere",  # enqueues through another connection, then acks
+)
+JITTERS = st.one_of(st.sampled_from([0, 1, 0.0, 0.5, 1.0]), st.floats(0, 1))
+
+# Arbitrary values for one argument of one call: valid edges, invalid edges and
+# wrong types. Both sides must agree on every one of them.
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.sampled_from(
+        [-1, 0, 1, 2, 16, 17, 1000, 1001, 60000, 60001, MAX_NOW, MAX_NOW + 1, 10**15, 10**15 + 1]
+    ),
+    st.integers(),
+    st.floats(),
+    st.sampled_from(["", "a", "c1", "a" * 64, "a" * 65, "a\n", "é", "ok", "retry", "a b"]),
+    st.text(max_size=3),
+    st.builds(IntSubclass, st.integers(0, 3)),
+    st.builds(StrSubclass, st.sampled_from(["a", "ok"])),
+    st.just({"id": "a", "qty": 1}),
+    st.just([]),
+)
+ODD_SLOTS = (
+    "enqueue.event",
+    "enqueue.event.id",
+    "enqueue.event.qty",
+    "enqueue.now_ms",
+    "enqueue.ttl_ms",
+    "enqueue.max_attempts",
+    "claim.owner",
+    "claim.now_ms",
+    "claim.lease_ms",
+    "claim.fault",
+    "finish.ticket",
+    "finish.ticket.id",
+    "finish.ticket.qty",
+    "finish.ticket.owner",
+    "finish.ticket.token",
+    "finish.ticket.attempt",
+    "finish.ticket.lease_until",
+    "finish.outcome",
+    "finish.now_ms",
+    "finish.delay_ms",
+    "redrive.job_id",
+    "redrive.now_ms",
+    "redrive.ttl_ms",
+    "redrive.note",
+    "retry_delay.attempt",
+    "retry_delay.base_ms",
+    "retry_delay.cap_ms",
+    "retry_delay.jitter",
+    "run_once.owner",
+    "run_once.jitter",
+    "run_once.lease_ms",
+)
+
+Result = tuple[str, Any]
+
+
+class InjectedFault(Exception):
+    """Raised by a fault hook at the point it was told to fail at."""
+
+
+class SendCrash(Exception):
+    """An unclassified failure of ``send``: it must propagate untouched."""
+
+
+# Exceptions a step may legitimately end with; anything else fails the test.
+EXPECTED_ERRORS = (ValueError, worker.Conflict, worker.BadAck, InjectedFault, SendCrash)
+
+
+def outcome_of(call: Callable[[], Any]) -> Result:
+    """``("returned", value)`` or ``("raised", exception type name)``."""
+    try:
+        return ("returned", call())
+    except EXPECTED_ERRORS as error:
+        return ("raised", type(error).__name__)
+
+
+class FaultAt:
+    """A fault hook that records every point and raises at ``fail_at``."""
+
+    def __init__(self, fail_at: str | None) -> None:
+        self.fail_at = fail_at
+        self.points: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        self.points.append(point)
+        if point == self.fail_at:
+            raise InjectedFault(point)
+
+
+class ScriptedClock:
+    """Returns the scripted readings in order (the same script for both sides)."""
+
+    def __init__(self, readings: list[object]) -> None:
+        self.readings = list(readings)
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        reading = self.readings[min(self.calls, len(self.readings) - 1)]
+        self.calls += 1
+        return reading
+
+
+RULE_NAMES: list[str] = []
+
+
+def counted(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Count each run of a rule, for the fuzz campaign's coverage report."""
+    RULE_NAMES.append(function.__name__)
+
+    @functools.wraps(function)
+    def run(self: QueueLockstep, *args: Any, **kwargs: Any) -> Any:
+        type(self).rules_run[function.__name__] += 1
+        return function(self, *args, **kwargs)
+
+    return run
+
+
+@settings(stateful_step_count=40, deadline=None)
+class QueueLockstep(RuleBasedStateMachine):
+    """Drive worker.py (on a real file) and model.QueueModel with the same calls."""
+
+    tickets = Bundle("tickets")
+    rules_run: Counter[str] = Counter()  # for the fuzz campaign's coverage report
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="lockstep-", dir=SCRATCH)
+        self.path = os.path.join(self.folder, "queue.sqlite")
+        self.con = worker.open_queue(self.path)
+        self.elsewhere = worker.open_queue(self.path)  # another worker's connection
+        self.model = model.QueueModel()
+        self.now = 0
+        self.issued: list[dict[str, Any]] = []
+        self.highest_token: dict[str, int] = {}
+        self.finished: dict[str, tuple[Any, ...]] = {}
+
+    def teardown(self) -> None:
+        self.con.close()
+        self.elsewhere.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # --- helpers ---------------------------------------------------------------
+
+    def both(self, verb: str, real: Callable[[], Any], spec: Callable[[], Any]) -> Result:
+        """Run one call on each side; both must return or raise the same."""
+        got, expected = outcome_of(real), outcome_of(spec)
+        note(f"{verb}: worker.py -> {got!r}; model -> {expected!r}")
+        assert got == expected, f"{verb}: worker.py gave {got!r} but the model {expected!r}"
+        return got
+
+    def same_hooks(self, verb: str, real: FaultAt, spec: FaultAt) -> None:
+        assert real.points == spec.points, (
+            f"{verb}: worker.py called hooks {real.points} but the model {spec.points}"
+        )
+
+    def row(self, job_id: str) -> dict[str, Any] | None:
+        for values in self.model.rows()["jobs"]:
+            if values[1] == job_id:
+                return dict(zip(JOB_COLUMNS, values, strict=True))
+        return None
+
+    def delay_for(self, aim: int | str, ticket: dict[str, Any]) -> int:
+        """A number, or the delay that lands on (or just before) the deadline."""
+        if isinstance(aim, int):
+            return aim
+        row = self.row(ticket["id"])
+        deadline = row["deadline"] if row is not None else self.now
+        delay = deadline - self.now - (1 if aim == "before_deadline" else 0)
+        return min(max(delay, 0), 60000)
+
+    # --- rules: the API verbs --------------------------------------------------
+
+    @rule(job_id=st.sampled_from(IDS), qty=st.integers(1, 2), ttl_ms=TTLS, max_attempts=BUDGETS)
+    @counted
+    def enqueue(self, job_id: str, qty: int, ttl_ms: int, max_attempts: int) -> None:
+        event = {"id": job_id, "qty": qty}
+        self.both(
+            "enqueue",
+            lambda: worker.enqueue(self.con, event, self.now, ttl_ms, max_attempts),
+            lambda: self.model.enqueue(event, self.now, ttl_ms, max_attempts),
+        )
+        assert event == {"id": job_id, "qty": qty}, "enqueue mutated its event"
+
+    @rule(target=tickets, owner=st.sampled_from(OWNERS), lease_ms=LEASES, fail_at=FAULTS)
+    @counted
+    def claim(self, owner: str, lease_ms: int, fail_at: str | None) -> Any:
+        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        kind, ticket = self.both(
+            "claim",
+            lambda: worker.claim(self.con, owner, self.now, lease_ms, real_fault),
+            lambda: self.model.claim(owner, self.now, lease_ms, spec_fault),
+        )
+        self.same_hooks("claim", real_fault, spec_fault)
+        if kind != "returned" or ticket is None:
+            return multiple()
+        earlier = [t["token"] for t in self.issued if t["id"] == ticket["id"]]
+        assert all(ticket["token"] > token for token in earlier), "a fencing token was reused"
+        self.issued.append(dict(ticket))
+        return ticket
+
+    @rule(
+        ticket=tickets,
+        outcome=st.sampled_from(OUTCOMES),
+        delay=DELAYS,
+        fail_at=FAULTS,
+        forge=st.one_of(st.none(), st.sampled_from(TICKET_FIELDS)),
+    )
+    @counted
+    def finish(
+        self,
+        ticket: dict[str, Any],
+        outcome: str,
+        delay: int | str,
+        fail_at: str | None,
+        forge: str | None,
+    ) -> None:
+        presented = forged(ticket, forge) if forge else dict(ticket)
+        delay_ms = self.delay_for(delay, ticket)
+        note(f"finish: presenting {presented} at now={self.now} with delay_ms={delay_ms}")
+        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        snapshot = dict(presented)
+        self.both(
+            "finish",
+            lambda: worker.finish(self.con, presented, outcome, self.now, delay_ms, real_fault),
+            lambda: self.model.finish(presented, outcome, self.now, delay_ms, spec_fault),
+        )
+        self.same_hooks("finish", real_fault, spec_fault)
+        assert presented == snapshot, "finish mutated its ticket"
+
+    @rule(ms=st.one_of(st.integers(0, 3), st.integers(0, 70000)))
+    @counted
+    def advance_clock(self, ms: int) -> None:
+        self.now = min(self.now + ms, MAX_NOW)
+
+    @precondition(lambda self: self.model.rows()["jobs"])
+    @rule(
+        job_id=st.sampled_from(IDS),
+        boundary=st.sampled_from(BOUNDARIES),
+        offset=st.sampled_from([-1, 0, 1]),
+    )
+    @counted
+    def advance_clock_to(self, job_id: str, boundary: str, offset: int) -> None:
+        """Move the clock onto (or next to) a job's lease_until, deadline or available_at."""
+        row = self.row(job_id)
+        target = row[boundary] if row is not None else None
+        if target is not None and self.now <= target + offset <= MAX_NOW:
+            self.now = target + offset
+        note(f"advance_clock_to: now={self.now}")
+
+    @rule(
+        job_id=st.sampled_from(IDS),
+        ttl_ms=TTLS,
+        note_text=st.sampled_from(["ops", "fixed-address"]),
+        fail_at=FAULTS,
+    )
+    @counted
+    def redrive(self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None) -> None:
+        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        self.both(
+            "redrive",
+            lambda: worker.redrive(self.con, job_id, self.now, ttl_ms, note_text, real_fault),
+            lambda: self.model.redrive(job_id, self.now, ttl_ms, note_text, spec_fault),
+        )
+        self.same_hooks("redrive", real_fault, spec_fault)
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        send=st.sampled_from(SENDS),
+        later=LATER,
+        jitter=JITTERS,
+        lease_ms=LEASES,
+    )
+    @counted
+    def run_once(
+        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int
+    ) -> None:
+        readings = [self.now, self.second_reading(later, lease_ms)]
+        note(f"run_once: clock readings {readings}")
+        real_clock, spec_clock = ScriptedClock(readings), ScriptedClock(readings)
+        real_sends: list[dict[str, Any]] = []
+        spec_sends: list[dict[str, Any]] = []
+        self.both(
+            "run_once",
+            lambda: worker.run_once(
+                self.con,
+                owner,
+                real_clock,
+                self.scripted_send(send, real_sends, self.enqueue_elsewhere_real),
+                jitter,
+                lease_ms,
+            ),
+            lambda: self.model.run_once(
+                owner,
+                spec_clock,
+                self.scripted_send(send, spec_sends, self.enqueue_elsewhere_model),
+                jitter,
+                lease_ms,
+            ),
+        )
+        assert real_sends == spec_sends, f"sends differ: {real_sends} vs {spec_sends}"
+        assert real_clock.calls == spec_clock.calls, "clock read a different number of times"
+        if real_clock.calls == 2 and type(readings[1]) is int and readings[1] >= self.now:
+            self.now = readings[1]
+
+    def second_reading(self, later: int | str, lease_ms: int) -> object:
+        if later == "at_lease_end":
+            return min(self.now + lease_ms, MAX_NOW)
+        if later == "before_lease_end":
+            return min(self.now + lease_ms - 1, MAX_NOW)
+        if later == "backwards":
+            return self.now - 1
+        if later == "invalid":
+            return MAX_NOW + 1
+        assert isinstance(later, int)
+        return min(self.now + later, MAX_NOW)
+
+    def enqueue_elsewhere_real(self) -> None:
+        worker.enqueue(self.elsewhere, {"id": "c", "qty": 1}, self.now, 1000)
+
+    def enqueue_elsewhere_model(self) -> None:
+        self.model.enqueue({"id": "c", "qty": 1}, self.now, 1000)
+
+    @staticmethod
+    def scripted_send(
+        behaviour: str, log: list[dict[str, Any]], enqueue_elsewhere: Callable[[], None]
+    ) -> Callable[[dict[str, Any]], object]:
+        def send(delivery: dict[str, Any]) -> object:
+            log.append(dict(delivery))
+            if behaviour == "bad_ack":
+                return 1
+            if behaviour == "retryable":
+                raise worker.Retryable("timeout")
+            if behaviour == "permanent":
+                raise worker.Permanent("rejected")
+            if behaviour == "crash":
+                raise SendCrash("connection reset")
+            if behaviour == "vandal":
+                delivery.clear()
+                delivery.update(id="zzz", qty=999, token=10**9)
+            if behaviour == "enqueue_elsewhere":
+                enqueue_elsewhere()
+            return True
+
+        return send
+
+    @rule(slot=st.sampled_from(ODD_SLOTS), value=ODD_VALUES)
+    @counted
+    def call_with_odd_argument(self, slot: str, value: object) -> None:
+        """Replace one argument of a valid call by an arbitrary value; both must agree."""
+        function, _, argument = slot.partition(".")
+        real_args, spec_args = self.valid_arguments(function), self.valid_arguments(function)
+        for arguments in (real_args, spec_args):
+            place(arguments, argument, value)
+        real_call = getattr(worker, function)
+        spec_call = getattr(self.model, function, None) or getattr(model, function)
+        if function == "retry_delay":
+            self.both(slot, lambda: real_call(**real_args), lambda: spec_call(**spec_args))
+        else:
+            self.both(
+                slot, lambda: real_call(self.con, **real_args), lambda: spec_call(**spec_args)
+            )
+
+    def valid_arguments(self, function: str) -> dict[str, Any]:
+        latest = self.issued[-1] if self.issued else None
+        ticket = dict(latest) if latest else dict(zip(TICKET_FIELDS, ["a", 1, "c1", 1, 1, 1]))
+        return {
+            "enqueue": {"event": {"id": "b", "qty": 1}, "now_ms": self.now, "ttl_ms": 100},
+            "claim": {"owner": "c2", "now_ms": self.now, "lease_ms": 10, "fault": None},
+            "finish": {"ticket": ticket, "outcome": "ok", "now_ms": self.now, "delay_ms": 0},
+            "redrive": {"job_id": "a", "now_ms": self.now, "ttl_ms": 100, "note": "ops"},
+            "retry_delay": {"attempt": 2, "base_ms": 100, "cap_ms": 1000, "jitter": 0.5},
+            "run_once": {
+                "owner": "c1",
+                "clock": ScriptedClock([self.now, self.now]),
+                "send": self.scripted_send("ack", [], lambda: None),
+                "jitter": 0.5,
+                "lease_ms": 10,
+            },
+        }[function]
+
+    @rule()
+    @counted
+    def reopen(self) -> None:
+        """Close the connection and open the same file again: nothing is lost."""
+        self.con.close()
+        self.con = worker.open_queue(self.path)
+
+    # --- invariants ------------------------------------------------------------
+
+    @invariant()
+    def rows_match_model(self) -> None:
+        real, spec = read_rows(self.con), self.model.rows()
+        if real != spec:
+            note(f"worker.py rows: {real}")
+            note(f"model rows:     {spec}")
+        assert real == spec, "the SQLite rows differ from the model's"
+
+    @invariant()
+    def no_open_transaction(self) -> None:
+        assert not self.con.in_transaction, "a call left a transaction open"
+        assert not self.elsewhere.in_transaction
+
+    @invariant()
+    def tokens_never_decrease(self) -> None:
+        for row in self.con.execute("SELECT id, token FROM jobs"):
+            job_id, token = row
+            assert token >= self.highest_token.get(job_id, 0), f"token of {job_id} went down"
+            self.highest_token[job_id] = token
+
+    @invariant()
+    def at_most_one_live_ticket(self) -> None:
+        live: Counter[str] = Counter()
+        for ticket in self.issued:
+            if self.is_live(ticket):
+                live[ticket["id"]] += 1
+        assert all(count <= 1 for count in live.values()), f"several live tickets: {live}"
+
+    def is_live(self, ticket: dict[str, Any]) -> bool:
+        """Would finish accept this ticket now? Judged from the SQLite row alone."""
+        row = self.con.execute(
+            "SELECT qty, owner, token, attempts, lease_until, deadline FROM jobs"
+            " WHERE id = ? AND status = 'leased'",
+            (ticket["id"],),
+        ).fetchone()
+        if row is None:
+            return False
+        qty, owner, token, attempts, lease_until, deadline = row
+        same = (qty, owner, token, attempts, lease_until) == (
+            ticket["qty"],
+            ticket["owner"],
+            ticket["token"],
+            ticket["attempt"],
+            ticket["lease_until"],
+        )
+        return same and self.now < lease_until and self.now < deadline
+
+    @invariant()
+    def done_is_final(self) -> None:
+        for row in read_rows(self.con)["jobs"]:
+            job_id = row[1]
+            if job_id in self.finished:
+                assert row == self.finished[job_id], f"done job {job_id} changed: {row}"
+            elif row[3] == "done":
+                self.finished[job_id] = row
+
+
+def forged(ticket: dict[str, Any], field: str) -> dict[str, Any]:
+    """A well-formed ticket that differs from ``ticket`` in one field."""
+    change: dict[str, Any] = {
+        "id": "b" if ticket["id"] != "b" else "a",
+        "qty": ticket["qty"] % 2 + 1,
+        "owner": "c2" if ticket["owner"] != "c2" else "c1",
+        "token": ticket["token"] + 1,
+        "attempt": ticket["attempt"] % 16 + 1,
+        "lease_until": ticket["lease_until"] + 1,
+    }
+    return {**ticket, field: change[field]}
+
+
+def place(arguments: dict[str, Any], path: str, value: object) -> None:
+    """Set ``arguments[a][b]`` for the dotted ``path`` "a.b" (copying inner dicts)."""
+    head, _, rest = path.partition(".")
+    if rest:
+        inner = dict(arguments[head])
+        inner[rest] = value
+        arguments[head] = inner
+    else:
+        arguments[head] = value
