@@ -157,7 +157,7 @@ _REQUEUE = """UPDATE jobs
 
 def _reject(name: str, expected: str, value: object) -> ValueError:
     return ValueError(
-        f"{name!r} must be {expected} (got {value!r} that is a {type(value).__name__!r})"
+        f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__!r})"
     )
 
 

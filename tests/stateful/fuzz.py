@@ -11,16 +11,13 @@ exits 1 on the first failure, after hypothesis has printed the shrunk program.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-os.environ.setdefault("HYPOTHESIS_PROFILE", "fuzz")
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 
-from hypothesis import HealthCheck, settings  # noqa: E402
-from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
-
-from tests.stateful.lockstep import RULE_NAMES, QueueLockstep  # noqa: E402
+from tests.stateful.lockstep import RULE_NAMES, QueueLockstep
 
 ROUND_EXAMPLES = 100
 STEPS_PER_EXAMPLE = 60

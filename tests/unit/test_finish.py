@@ -280,3 +280,8 @@ def test_does_not_mutate_the_ticket(con: sqlite3.Connection) -> None:
     snapshot = dict(ticket)
     worker.finish(con, ticket, "retry", 1, 10)
     assert ticket == snapshot
+
+
+def test_accepts_the_lowest_token_and_lease_until(con: sqlite3.Connection) -> None:
+    lowest = {**TICKET, "qty": 1, "token": 1, "attempt": 1, "lease_until": 1}
+    assert worker.finish(con, lowest, "ok", 0, 0) is False

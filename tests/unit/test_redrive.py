@@ -165,3 +165,9 @@ def test_accepts_the_range_edges(con: sqlite3.Connection) -> None:
     dead(con)
     assert worker.redrive(con, "a", MAX_NOW, 60000, "n" * 64) is True
     assert job(con, "a")["deadline"] == 10**15
+
+
+def test_the_shortest_ttl_is_one_ms(con: sqlite3.Connection) -> None:
+    dead(con)
+    assert worker.redrive(con, "a", 500, 1, "ops") is True
+    assert job(con, "a")["deadline"] == 501

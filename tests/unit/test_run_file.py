@@ -110,3 +110,18 @@ def test_rejects_malformed_arguments(queue_file: Path, argument: str, value: obj
     with pytest.raises(ValueError, match=argument):
         worker.run_file(**arguments)  # type: ignore[arg-type]
     assert read_file_rows(queue_file) == before
+
+
+@pytest.mark.parametrize(("lease_ms", "expected"), [(None, 1010), (1, 11), (250, 260)])
+def test_passes_the_lease_on_to_the_claim(
+    queue_file: Path, lease_ms: int | None, expected: int
+) -> None:
+    seen: list[int] = []
+
+    def look(_: object) -> None:
+        seen.append(read_file_rows(queue_file)["jobs"][0][10])
+
+    send = RecordingSend(True, during=look)
+    extra = {} if lease_ms is None else {"lease_ms": lease_ms}
+    worker.run_file(queue_file, "c1", ScriptedClock(10, 10), send, 1, **extra)
+    assert seen == [expected]

@@ -271,3 +271,25 @@ def test_rejects_malformed_arguments_before_any_change(
         worker.run_once(con, **arguments)  # type: ignore[arg-type]
     assert read_rows(con) == before
     assert send.deliveries == []
+
+
+def lease_seen_by_send(con: sqlite3.Connection, run: Any) -> int:
+    seen: list[int] = []
+    run(RecordingSend(True, during=lambda _: seen.append(job(con, "a")["lease_until"])))
+    return seen[0]
+
+
+def test_the_default_lease_is_one_second(con: sqlite3.Connection) -> None:
+    add(con)
+    lease_until = lease_seen_by_send(
+        con, lambda send: worker.run_once(con, "c1", ScriptedClock(10, 20), send, 1)
+    )
+    assert lease_until == 1010
+
+
+def test_the_shortest_lease_is_one_ms(con: sqlite3.Connection) -> None:
+    add(con)
+    lease_until = lease_seen_by_send(
+        con, lambda send: worker.run_once(con, "c1", ScriptedClock(10, 10), send, 1, lease_ms=1)
+    )
+    assert lease_until == 11
