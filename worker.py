@@ -34,7 +34,6 @@ import math
 import os
 import re
 import sqlite3
-import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -220,11 +219,16 @@ def _idle_connection(con: object) -> sqlite3.Connection:
     return con
 
 
-def _queue_path(path: object) -> str:
-    """Return ``path`` as a str if it names a file (not an in-memory database)."""
+def _path(path: object) -> str:
+    """Return ``path`` (an exact str or an os.PathLike) as a str."""
     if type(path) is not str and not isinstance(path, os.PathLike):
         raise _reject("path", "a str or os.PathLike naming a local file", path)
-    name = os.fsdecode(os.fspath(path))
+    return os.fsdecode(os.fspath(path))
+
+
+def _queue_path(path: object) -> str:
+    """Return ``path`` as a str if it names a file (not an in-memory database)."""
+    name = _path(path)
     if name in _IN_MEMORY_PATHS or "\x00" in name:
         raise _reject("path", "a local file path (not in-memory, not empty)", path)
     return name
@@ -617,13 +621,13 @@ def run_once(
 
 
 def _existing_queue_file(path: object) -> str:
-    """Return ``path`` if it names an existing regular file; never create one."""
-    name = _queue_path(path)
-    try:
-        is_file = stat.S_ISREG(os.stat(name).st_mode)
-    except FileNotFoundError:
-        is_file = False
-    if not is_file:
+    """Return ``path`` if it names an existing regular file; never create one.
+
+    A missing path, a directory, a dangling symlink, ``""`` and ``":memory:"``
+    (no such file) are all "no queue file here".
+    """
+    name = _path(path)
+    if not os.path.isfile(name):
         raise FileNotFoundError(errno.ENOENT, "no queue file (run open_queue to create one)", name)
     return name
 

@@ -63,6 +63,12 @@ def test_a_missing_file_raises_file_not_found_and_is_not_created(tmp_path: Path)
     assert clock.calls == 0
 
 
+@pytest.mark.parametrize("path", ["", ":memory:"])
+def test_an_empty_or_in_memory_name_is_no_queue_file(tmp_path: Path, path: str) -> None:
+    with pytest.raises(FileNotFoundError):
+        worker.run_file(path, "courier-1", ScriptedClock(10, 20), RecordingSend(), 1)
+
+
 def test_a_directory_is_not_a_queue_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         worker.run_file(tmp_path, "courier-1", ScriptedClock(10, 20), RecordingSend(), 1)
@@ -93,7 +99,7 @@ def test_each_call_reopens_the_same_file(queue_file: Path) -> None:
 
 @pytest.mark.parametrize(
     ("argument", "value"),
-    [("path", v) for v in ["", ":memory:", None, 5]]
+    [("path", v) for v in [None, 5, b"queue.sqlite"]]
     + [("owner", "bad owner"), ("jitter", 2), ("lease_ms", 0), ("clock", None), ("send", 1)],
 )
 def test_rejects_malformed_arguments(queue_file: Path, argument: str, value: object) -> None:
