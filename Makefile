@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck unit clean
+.PHONY: test demo fuzz mutants diagram clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,22 @@ test: $(STAMP)
 ## demo: the project's main job, two couriers on a temporary queue file
 demo: $(STAMP)
 	$(PY) -m courier demo
+
+## fuzz: a time-bounded random campaign of the lockstep machine (MINUTES=5 by default)
+MINUTES ?= 5
+fuzz: $(STAMP)
+	$(PY) -m tests.stateful.fuzz --minutes $(MINUTES)
+
+## mutants: mutation testing of worker.py against the stateful suite alone (slow: ~1 h)
+mutants: $(STAMP)
+	$(PY) -m pip install --quiet mutmut
+	rm -rf mutants
+	HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2 || true
+	$(VENV)/bin/mutmut results
+
+## diagram: regenerate docs/state-machine.md from model/
+diagram: $(STAMP)
+	$(PY) -m model.diagram
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants

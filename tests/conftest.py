@@ -6,6 +6,8 @@ Profiles are chosen by the environment variable ``HYPOTHESIS_PROFILE``:
   CI failure replays identically on any machine, sized to about 3 minutes of
   stateful fuzzing on 2 cores.
 - ``dev``: a quick local loop, random seeds, failures saved in ``.hypothesis``.
+- ``mutation``: what ``make mutants`` runs each mutant against; derandomized and
+  small, so a mutant counts as killed only if a short, repeatable run finds it.
 - ``fuzz``: long campaigns (``make fuzz MINUTES=N``), random, never derandomized.
 """
 
@@ -24,7 +26,7 @@ import worker
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile(
     "ci",
-    max_examples=200,
+    max_examples=4000,
     derandomize=True,
     deadline=None,
     print_blob=True,
@@ -32,6 +34,13 @@ settings.register_profile(
 )
 settings.register_profile(
     "dev", max_examples=30, deadline=None, print_blob=True, suppress_health_check=_SLOW_IS_FINE
+)
+settings.register_profile(
+    "mutation",
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=_SLOW_IS_FINE,
 )
 settings.register_profile(
     "fuzz",

@@ -1,0 +1,573 @@
+"""The operator CLI: ``python -m courier COMMAND ...``.
+
+Every command that touches a queue takes the queue file's path first. Bad input ends
+in one ``courier: error: ...`` line on stderr and a non-zero exit, never a traceback:
+``ValueError``, ``worker.Conflict``, ``OSError`` (a missing file included) and SQLite
+errors are caught here, at the boundary, and nowhere deeper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import worker
+from courier import demo, queueview
+from courier.receiver import Inbox, Receiver
+from courier.runner import HttpSend, Limits, StallAfterAcks, clock_ms, run_courier
+
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # the command ran and failed: a conflict, a busy or broken file
+EXIT_USAGE = 2  # the input was wrong: a bad argument, a missing file
+
+DEFAULT_TTL_MS = 60_000
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_LEASE_MS = 60_000
+
+DESCRIPTION = """\
+Operate a lease-queue: a durable job queue in one SQLite file. Couriers claim jobs
+under a time-limited lease carrying a fencing token, deliver them to an HTTP receiver,
+and record the outcome; failed jobs retry within a budget and end up "dead" (with a
+reason) when they cannot succeed, until an operator redrives them.
+
+A first session:
+  python -m courier init q.sqlite
+  python -m courier enqueue q.sqlite order-1 3
+  python -m courier serve inbox.sqlite            # in another terminal; prints its URL
+  python -m courier run q.sqlite --owner c1 --url URL --until-drained
+  python -m courier status q.sqlite
+"""
+
+EPILOG = """\
+exit status: 0 success, 1 the command failed (e.g. conflict, busy database),
+2 bad input (bad argument, missing file). Run 'python -m courier COMMAND --help'
+for the options of one command."""
+
+
+# --- Argument types -------------------------------------------------------------
+
+
+def _queue_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", type=Path, help="path of the queue file (SQLite)")
+
+
+def _integer(text: str) -> int:
+    """An int for argparse; the range is the worker's to check (one-line error)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    """An int of at least ``lo`` for argparse (for the CLI's own knobs)."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"must be at least {lo}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+# --- The parser -------------------------------------------------------------------
+
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI: one sub-parser per command, each with its own --help."""
+    parser = argparse.ArgumentParser(
+        prog="python -m courier",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _add_init,
+        _add_enqueue,
+        _add_status,
+        _add_dead,
+        _add_redrive,
+        _add_serve,
+        _add_inbox,
+        _add_run,
+        _add_demo,
+    ):
+        add_command(commands)
+    return parser
+
+
+def _add_init(commands: Subparsers) -> None:
+    init = commands.add_parser("init", help="create a queue file (an existing one is kept)")
+    _queue_arg(init)
+    init.set_defaults(handler=cmd_init)
+
+
+def _add_enqueue(commands: Subparsers) -> None:
+    enqueue = commands.add_parser(
+        "enqueue",
+        help="add a delivery job",
+        description="Add the job {id, qty}. Enqueueing the same id and qty again is a "
+        "harmless intake retry (the existing job is kept); the same id with another "
+        "qty is a conflict (exit 1).",
+    )
+    _queue_arg(enqueue)
+    enqueue.add_argument("id", help="job id: 1-64 ASCII letters, digits, '_' or '-'")
+    enqueue.add_argument("qty", type=_integer, help="quantity, 1..1000")
+    enqueue.add_argument(
+        "--ttl-ms",
+        metavar="MS",
+        type=_integer,
+        default=DEFAULT_TTL_MS,
+        help="the job must be done within this many ms or it is quarantined "
+        "(1..60000, default %(default)s)",
+    )
+    enqueue.add_argument(
+        "--max-attempts",
+        metavar="N",
+        type=_integer,
+        default=DEFAULT_MAX_ATTEMPTS,
+        help="delivery attempts before quarantine (1..16, default %(default)s)",
+    )
+    enqueue.set_defaults(handler=cmd_enqueue)
+
+
+def _add_status(commands: Subparsers) -> None:
+    status = commands.add_parser("status", help="count jobs per status and show the next due job")
+    _queue_arg(status)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.set_defaults(handler=cmd_status)
+
+
+def _add_dead(commands: Subparsers) -> None:
+    dead = commands.add_parser(
+        "dead",
+        help="list quarantined (dead) jobs with their reason",
+        description="List dead jobs: reason is 'deadline' (ttl passed), 'exhausted' "
+        "(no attempts left) or 'permanent' (the receiver refused it).",
+    )
+    _queue_arg(dead)
+    dead.add_argument("--json", action="store_true", help="print a JSON list")
+    dead.set_defaults(handler=cmd_dead)
+
+
+def _add_redrive(commands: Subparsers) -> None:
+    redrive = commands.add_parser(
+        "redrive",
+        help="re-queue a dead job, with an audit note",
+        description="Put a dead job back to pending with a fresh attempt budget and "
+        "deadline. An audit row (id, token, time, note) is written in the same "
+        "transaction and printed. The fencing token is kept, so no old ticket revives.",
+    )
+    _queue_arg(redrive)
+    redrive.add_argument("id", help="id of the dead job")
+    redrive.add_argument(
+        "--note",
+        metavar="NOTE",
+        required=True,
+        help="why, for the audit trail: 1-64 ASCII letters, digits, '_' or '-' (e.g. ticket-4711)",
+    )
+    redrive.add_argument(
+        "--ttl-ms",
+        metavar="MS",
+        type=_integer,
+        default=DEFAULT_TTL_MS,
+        help="new deadline, ms from now (1..60000, default %(default)s)",
+    )
+    redrive.set_defaults(handler=cmd_redrive)
+
+
+def _add_serve(commands: Subparsers) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP receiver (prints its URL and port)",
+        description="Run the receiver: POST /deliveries applies each (id, qty) once, "
+        "recorded in its own inbox file; GET / shows the inbox totals. Stops on "
+        "Ctrl-C or SIGTERM, or after --max-seconds.",
+    )
+    serve.add_argument("inbox", type=Path, help="path of the receiver's inbox file (SQLite)")
+    serve.add_argument(
+        "--host", metavar="ADDR", default="127.0.0.1", help="address to bind (default %(default)s)"
+    )
+    serve.add_argument(
+        "--port", metavar="PORT", type=_integer, default=0, help="port (default 0: any free port)"
+    )
+    serve.add_argument(
+        "--port-file", metavar="PATH", type=Path, help="also write the port here, for scripts"
+    )
+    serve.add_argument(
+        "--reply-delay-ms",
+        metavar="MS",
+        type=_integer,
+        default=0,
+        help="chaos knob: wait this long after committing, before answering (0..10000)",
+    )
+    serve.add_argument(
+        "--max-seconds", metavar="S", type=_positive_float, help="stop after this long"
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+
+def _add_inbox(commands: Subparsers) -> None:
+    inbox = commands.add_parser("inbox", help="show a receiver inbox file's totals")
+    inbox.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
+    inbox.set_defaults(handler=cmd_inbox)
+
+
+def _add_run(commands: Subparsers) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run a courier that delivers jobs to a receiver",
+        description="Claim, deliver and finish jobs one at a time until a limit is "
+        "reached. It pauses briefly when nothing is due or the file is busy. Ctrl-C or "
+        "SIGTERM stops it after the current delivery.",
+    )
+    _queue_arg(run)
+    run.add_argument(
+        "--url", metavar="URL", required=True, help="e.g. http://127.0.0.1:PORT/deliveries"
+    )
+    run.add_argument(
+        "--owner", metavar="NAME", required=True, help="this courier's name (an identifier)"
+    )
+    run.add_argument(
+        "--lease-ms",
+        metavar="MS",
+        type=_integer,
+        default=1000,
+        help="lease per claim; after it another courier may take the job (default %(default)s)",
+    )
+    run.add_argument(
+        "--timeout-ms",
+        metavar="MS",
+        type=_integer,
+        help="HTTP timeout (default: 3/4 of the lease, so the answer comes while it holds)",
+    )
+    limits = run.add_argument_group("limits", "the courier stops at the first limit reached")
+    limits.add_argument(
+        "--max-runs",
+        metavar="N",
+        type=_int_at_least(1),
+        default=10_000,
+        help="rounds (claim, deliver, finish; or one empty look) (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-seconds",
+        metavar="S",
+        type=_positive_float,
+        default=60.0,
+        help="seconds of running (default %(default)s)",
+    )
+    limits.add_argument(
+        "--max-idle-ms",
+        metavar="MS",
+        type=_int_at_least(0),
+        help="nothing was due for this long (default: no idle limit)",
+    )
+    limits.add_argument(
+        "--until-drained", action="store_true", help="no job is pending or leased any more"
+    )
+    drill = run.add_argument_group(
+        "crash drill", "stall after an acknowledged delivery, so a supervisor can kill it"
+    )
+    drill.add_argument(
+        "--stall-after-acks", metavar="N", type=_int_at_least(1), help="after the N-th 2xx answer"
+    )
+    drill.add_argument(
+        "--stall-report",
+        metavar="PATH",
+        type=Path,
+        help="JSON file written when stalling, with the captured ticket (required)",
+    )
+    drill.add_argument(
+        "--stall-seconds",
+        metavar="S",
+        type=_positive_float,
+        default=30.0,
+        help="then carry on as a late courier (default %(default)s)",
+    )
+    run.set_defaults(handler=cmd_run)
+
+
+def _add_demo(commands: Subparsers) -> None:
+    demo_parser = commands.add_parser(
+        "demo",
+        help="two couriers, one killed mid-delivery, the other recovers",
+        description=demo.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    demo_parser.add_argument(
+        "--orders", metavar="N", type=_integer, default=demo.ORDERS, help="(default %(default)s)"
+    )
+    demo_parser.add_argument(
+        "--lease-ms",
+        metavar="MS",
+        type=_integer,
+        default=demo.LEASE_MS,
+        help="(default %(default)s)",
+    )
+    demo_parser.add_argument(
+        "--kill-after",
+        metavar="N",
+        type=_integer,
+        default=demo.KILL_AFTER,
+        help="kill courier c1 right after its N-th acknowledged delivery (default %(default)s)",
+    )
+    demo_parser.set_defaults(handler=cmd_demo)
+
+
+# --- Commands -------------------------------------------------------------------------
+
+
+def _out(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path: Path = args.queue
+    if path.exists():
+        con = queueview.connect_existing(path)
+        try:
+            jobs = sum(queueview.status_counts(con).values())
+        finally:
+            con.close()
+        _out(f"queue {path} already exists: kept its {jobs} jobs")
+        return EXIT_OK
+    worker.open_queue(path).close()
+    _out(f"created queue {path}")
+    return EXIT_OK
+
+
+def _open_existing_queue(path: Path) -> sqlite3.Connection:
+    """``worker.open_queue`` on a file that must already be a queue (never create one)."""
+    queueview.connect_existing(path).close()
+    return worker.open_queue(path)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    con = _open_existing_queue(args.queue)
+    try:
+        event = {"id": args.id, "qty": args.qty}
+        added = worker.enqueue(con, event, clock_ms(), args.ttl_ms, args.max_attempts)
+    finally:
+        con.close()
+    if added:
+        _out(
+            f"enqueued {args.id} qty={args.qty} (True: new job, ttl {args.ttl_ms} ms, "
+            f"{args.max_attempts} attempts)"
+        )
+    else:
+        _out(f"already queued {args.id} qty={args.qty} (False: intake retry, job kept as it was)")
+    return EXIT_OK
+
+
+def _with_queue(path: Path, read: Callable[[sqlite3.Connection], Any]) -> Any:
+    con = queueview.connect_existing(path)
+    try:
+        return read(con)
+    finally:
+        con.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    now = clock_ms()
+    view: dict[str, Any] = _with_queue(args.queue, lambda con: queueview.overview(con, now))
+    if args.json:
+        _out(json.dumps(view))
+        return EXIT_OK
+    _out(f"queue {args.queue}")
+    for status, count in view["counts"].items():
+        _out(f"  {status:<8}{count:>6}")
+    _out(f"  {'due now':<8}{view['due']:>6}")
+    _out(f"  {'audit':<8}{view['redrives']:>6} redrive rows")
+    job = view["next_due"]
+    if job is None:
+        _out("next due: none")
+    else:
+        since = job["available_at"] if job["status"] == "pending" else job["lease_until"]
+        _out(
+            f"next due: {job['id']} ({job['status']}, qty {job['qty']}, token {job['token']}, "
+            f"attempts {job['attempts']}/{job['max_attempts']}, due for {now - since} ms)"
+        )
+    return EXIT_OK
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    jobs: list[dict[str, Any]] = _with_queue(args.queue, queueview.dead_jobs)
+    if args.json:
+        _out(json.dumps(jobs))
+        return EXIT_OK
+    if not jobs:
+        _out("no dead jobs")
+        return EXIT_OK
+    _out(f"{'id':<24} {'qty':>4}  {'reason':<10} {'token':>5}  {'attempts':>8}  {'redrives':>8}")
+    for job in jobs:
+        attempts = f"{job['attempts']}/{job['max_attempts']}"
+        _out(
+            f"{job['id']:<24} {job['qty']:>4}  {job['reason']:<10} {job['token']:>5}  "
+            f"{attempts:>8}  {job['redrives']:>8}"
+        )
+    _out(f"{len(jobs)} dead; re-queue one with: redrive QUEUE ID --note WHY")
+    return EXIT_OK
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    con = _open_existing_queue(args.queue)
+    audit_seq: list[int] = []
+
+    def remember_audit_row(point: str) -> None:
+        # Read inside the redrive's own transaction: exactly the row this call wrote,
+        # even if another operator redrives at the same moment.
+        if point == "after-audit":
+            audit_seq.append(con.execute("SELECT last_insert_rowid()").fetchone()[0])
+
+    try:
+        worker.redrive(con, args.id, clock_ms(), args.ttl_ms, args.note, remember_audit_row)
+        row = queueview.redrive_row(con, audit_seq[0])
+    finally:
+        con.close()
+    _out(f"redriven {args.id}: pending again with a fresh budget, deadline in {args.ttl_ms} ms")
+    _out(f"audit row: {json.dumps(row)}")
+    return EXIT_OK
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM, so loops stop between steps."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    receiver = Receiver(
+        args.inbox, host=args.host, port=args.port, reply_delay_ms=args.reply_delay_ms, log=_out
+    )
+    stop = _stop_on_signals()
+    _out(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
+    if args.port_file is not None:
+        args.port_file.write_text(f"{receiver.port}\n", encoding="utf-8")
+    receiver.serve_until(stop, args.max_seconds)
+    _out(f"receiver stopped: {_totals(receiver.inbox.summary())}")
+    return EXIT_OK
+
+
+def _totals(summary: dict[str, Any]) -> str:
+    return (
+        f"{summary['requests']} requests, {summary['effects']} effects, "
+        f"{summary['inbox_rows']} inbox rows, total qty {summary['total_qty']}"
+    )
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    summary = Inbox(args.inbox, create=False).summary()
+    _out(f"inbox {args.inbox}: {_totals(summary)}")
+    for row in summary["rows"]:
+        _out(
+            f"  {row['id']:<24} qty {row['qty']:>4}  requests {row['requests']:>3}  "
+            f"effects {row['effects']}  first from {row['sender']}"
+        )
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    queueview.require_queue_file(args.queue)
+    if not 1 <= args.lease_ms <= MAX_LEASE_MS:
+        raise ValueError(f"--lease-ms must be in 1..{MAX_LEASE_MS}, got {args.lease_ms}")
+    timeout_ms = (
+        args.timeout_ms if args.timeout_ms is not None else default_timeout_ms(args.lease_ms)
+    )
+    send: Callable[[dict[str, Any]], bool] = HttpSend(args.url, args.owner, timeout_ms)
+    if args.stall_after_acks is not None:
+        if args.stall_report is None:
+            raise ValueError("--stall-after-acks needs --stall-report PATH")
+        send = StallAfterAcks(
+            send,
+            args.queue,
+            args.owner,
+            args.stall_after_acks,
+            args.stall_report,
+            args.stall_seconds,
+        )
+    limits = Limits(
+        max_runs=args.max_runs,
+        max_seconds=args.max_seconds,
+        max_idle_ms=args.max_idle_ms,
+        until_drained=args.until_drained,
+    )
+    stop = _stop_on_signals()
+    _out(
+        f"{args.owner}: started, queue {args.queue}, receiver {args.url}, lease {args.lease_ms} ms"
+    )
+    report = run_courier(
+        args.queue, args.owner, send, lease_ms=args.lease_ms, limits=limits, stop=stop, log=_out
+    )
+    statuses: dict[str, int] = {}
+    for result in report.results:
+        statuses[result["status"]] = statuses.get(result["status"], 0) + 1
+    _out(
+        f"{args.owner}: stopped ({report.stop_reason}) after {report.runs} rounds: "
+        f"{json.dumps(statuses, sort_keys=True)}, idle {report.idle}, busy {report.busy}"
+    )
+    return EXIT_OK
+
+
+def default_timeout_ms(lease_ms: int) -> int:
+    """An HTTP timeout that leaves a quarter of the lease to record the outcome."""
+    return max(1, lease_ms * 3 // 4)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return demo.run_demo(orders=args.orders, lease_ms=args.lease_ms, kill_after=args.kill_after)
+
+
+# --- The boundary ------------------------------------------------------------------
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"courier: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit status (see ``EPILOG``)."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except worker.Conflict as error:
+        return _fail(EXIT_ERROR, f"conflict: {error}")
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
+        return _fail(EXIT_USAGE, str(error))
+    except sqlite3.Error as error:
+        return _fail(EXIT_ERROR, f"database: {error}")
+    except OSError as error:
+        return _fail(EXIT_ERROR, str(error))
+    except KeyboardInterrupt:
+        return _fail(130, "interrupted")

@@ -1,0 +1,579 @@
+"""The downstream receiver: an HTTP service that applies each delivery's effect once.
+
+This is the far side of the story. The queue's fencing token cannot stop a courier
+that was killed after sending from being replaced by one that sends again, so the
+receiver deduplicates by ``(id, qty)`` in its own SQLite *inbox* file (never the
+queue file). The rules it keeps:
+
+1. ``POST /deliveries`` with the JSON object ``{"id": <identifier>, "qty": <1..1000>}``.
+   The first delivery of an id inserts the inbox row and applies the *effect* (one row
+   in ``effects``, whose ``qty`` adds to the delivered total) in one ``BEGIN IMMEDIATE``
+   transaction with ``synchronous=FULL``, and only then answers ``200``.
+2. The same id with the same qty is a duplicate: ``200`` with ``"duplicate": true`` and
+   no second effect. The same id with another qty is ``409`` and changes nothing.
+3. Bad input gets a specific 4xx with a JSON body ``{"error": <code>, "detail": <text>}``
+   and changes neither the inbox nor the effects: ``404`` unknown path, ``405`` wrong
+   method, ``411`` no ``Content-Length`` (or a chunked body), ``400`` malformed
+   ``Content-Length``, short body, bad ``X-Courier`` header or a body that is not
+   strict JSON, ``408`` body not received in time, ``413`` body over ``MAX_BODY_BYTES``,
+   ``415`` a ``Content-Type`` other than JSON, ``422`` JSON of the wrong shape. If the
+   inbox file itself fails (e.g. stays locked), the answer is ``503``: try again.
+4. Every request is counted in the inbox file's ``requests`` table (so the count
+   survives restarts and is visible to other processes), except reads of the inbox
+   itself (``GET /`` and ``GET /inbox``), which return ``Inbox.summary()`` as JSON.
+   Requests the stdlib rejects before routing (an unparsable request line) are not
+   counted.
+5. The server binds ``127.0.0.1`` on an OS-assigned port by default, handles each
+   request on its own thread, closes every connection after one response, and
+   ``Receiver.stop()`` joins every thread and closes the socket.
+
+Chaos knob: ``reply_delay_ms`` sleeps after the inbox commit and before the answer, so
+a courier with a short timeout sees a timeout for work that was in fact done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from os import PathLike
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+__all__ = [
+    "DELIVERIES_PATH",
+    "MAX_BODY_BYTES",
+    "Inbox",
+    "Problem",
+    "Receiver",
+    "parse_delivery",
+]
+
+DELIVERIES_PATH = "/deliveries"
+SUMMARY_PATHS = ("/", "/inbox")
+MAX_BODY_BYTES = 4096
+DRAIN_LIMIT_BYTES = 65536  # how much of a refused body is read before closing
+MAX_DECIMAL_DIGITS = 12
+MAX_QTY = 1000
+MAX_REPLY_DELAY_MS = 10_000
+SENDER_HEADER = "X-Courier"
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_DELIVERY_KEYS = frozenset({"id", "qty"})
+
+Verdict = Literal["applied", "duplicate", "conflict"]
+Log = Callable[[str], None]
+T = TypeVar("T")
+
+# --- SQL: every statement is named once --------------------------------------
+
+INBOX_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS inbox (id TEXT PRIMARY KEY, qty INTEGER NOT NULL,
+  sender TEXT, received_at_ms INTEGER NOT NULL)""",
+    # No UNIQUE on effects.id on purpose: a deduplication bug must show up as a
+    # second effect row, not be hidden by a constraint.
+    """CREATE TABLE IF NOT EXISTS effects (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT NOT NULL, qty INTEGER NOT NULL, at_ms INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS requests (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  method TEXT NOT NULL, path TEXT NOT NULL, status INTEGER NOT NULL,
+  delivery_id TEXT, sender TEXT, at_ms INTEGER NOT NULL)""",
+)
+_COUNT_INBOX_TABLES = """SELECT count(*) FROM sqlite_master
+  WHERE type = 'table' AND name IN ('inbox', 'effects', 'requests')"""
+_SELECT_INBOX_QTY = "SELECT qty FROM inbox WHERE id = ?"
+_INSERT_INBOX = "INSERT INTO inbox (id, qty, sender, received_at_ms) VALUES (?, ?, ?, ?)"
+_INSERT_EFFECT = "INSERT INTO effects (id, qty, at_ms) VALUES (?, ?, ?)"
+_INSERT_REQUEST = """INSERT INTO requests (method, path, status, delivery_id, sender, at_ms)
+  VALUES (?, ?, ?, ?, ?, ?)"""
+_SUMMARY_COUNTS = """SELECT (SELECT count(*) FROM requests),
+  (SELECT count(*) FROM effects), (SELECT count(*) FROM inbox),
+  (SELECT coalesce(sum(qty), 0) FROM effects)"""
+_SUMMARY_ROWS = """SELECT i.id, i.qty, i.sender, i.received_at_ms,
+  (SELECT count(*) FROM requests r WHERE r.delivery_id = i.id),
+  (SELECT count(*) FROM effects e WHERE e.id = i.id)
+  FROM inbox i ORDER BY i.received_at_ms, i.id"""
+_SELECT_REQUESTS = """SELECT seq, method, path, status, delivery_id, sender, at_ms
+  FROM requests ORDER BY seq"""
+
+
+def _now_ms() -> int:
+    """Wall-clock milliseconds, the same time base as the couriers on this host."""
+    return time.time_ns() // 1_000_000
+
+
+# --- The inbox file -------------------------------------------------------------
+
+
+class Inbox:
+    """The receiver's SQLite inbox file: inbox rows, effects and the request log.
+
+    Every method opens its own short-lived connection, so one ``Inbox`` may be used
+    from many handler threads and the file may be read by other processes.
+    """
+
+    def __init__(
+        self, path: str | PathLike[str], create: bool = True, busy_timeout_s: float = 5.0
+    ) -> None:
+        """Create the inbox tables in ``path`` if they are missing (rows are kept).
+
+        With ``create=False`` nothing is created: a missing file raises
+        ``FileNotFoundError`` and a file without the inbox tables ``ValueError``.
+        ``busy_timeout_s`` is how long a call waits for another writer's lock before
+        ``sqlite3.OperationalError`` (which the HTTP handler answers with 503).
+        """
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        if create:
+            self._write(lambda con: [con.execute(sql) for sql in INBOX_SCHEMA])
+            return
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no inbox file at {str(self.path)!r}")
+        tables = self._read(lambda con: con.execute(_COUNT_INBOX_TABLES).fetchone()[0])
+        if tables != len(INBOX_SCHEMA):
+            raise ValueError(f"{str(self.path)!r} is not an inbox file")
+
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
+        return self._transaction("BEGIN IMMEDIATE", body)
+
+    def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` in one read transaction: a consistent snapshot."""
+        return self._transaction("BEGIN", body)
+
+    def _transaction(self, begin: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        con = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            con.execute("PRAGMA synchronous=FULL")
+            con.execute(begin)
+            try:
+                result = body(con)
+                con.execute("COMMIT")
+            except BaseException:
+                con.rollback()
+                raise
+            return result
+        finally:
+            con.close()
+
+    def deliver(
+        self, delivery_id: str, qty: int, sender: str | None, request: RequestLine
+    ) -> Verdict:
+        """Apply a delivery at most once and log its request, in one transaction.
+
+        Returns ``"applied"`` when this call inserted the inbox row and the effect,
+        ``"duplicate"`` when the id was already in the inbox with the same qty (no
+        effect), and ``"conflict"`` when it was there with another qty (no change
+        but the request log). The request row gets status 200 or 409 accordingly.
+        """
+
+        def body(con: sqlite3.Connection) -> Verdict:
+            now = _now_ms()
+            row = con.execute(_SELECT_INBOX_QTY, (delivery_id,)).fetchone()
+            verdict: Verdict
+            if row is None:
+                con.execute(_INSERT_INBOX, (delivery_id, qty, sender, now))
+                con.execute(_INSERT_EFFECT, (delivery_id, qty, now))
+                verdict = "applied"
+            else:
+                verdict = "duplicate" if row[0] == qty else "conflict"
+            status = HTTPStatus.CONFLICT if verdict == "conflict" else HTTPStatus.OK
+            con.execute(
+                _INSERT_REQUEST,
+                (request.method, request.path, int(status), delivery_id, sender, now),
+            )
+            return verdict
+
+        return self._write(body)
+
+    def record_request(
+        self, request: RequestLine, status: int, delivery_id: str | None, sender: str | None
+    ) -> None:
+        """Log one request that applied no effect (rejected input, wrong route)."""
+        row = (request.method, request.path, status, delivery_id, sender, _now_ms())
+        self._write(lambda con: con.execute(_INSERT_REQUEST, row))
+
+    def summary(self) -> dict[str, Any]:
+        """The inbox totals and rows, read in one consistent snapshot.
+
+        Keys: ``requests`` (HTTP requests logged), ``effects`` (effect rows),
+        ``inbox_rows``, ``total_qty`` (sum of the effects' qty) and ``rows``: one dict
+        per inbox row with ``id``, ``qty``, ``sender`` (the courier whose delivery
+        applied the effect), ``received_at_ms``, ``requests`` (requests naming that
+        id) and ``effects``.
+        """
+
+        def body(con: sqlite3.Connection) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+            return con.execute(_SUMMARY_COUNTS).fetchone(), con.execute(_SUMMARY_ROWS).fetchall()
+
+        (requests, effects, inbox_rows, total_qty), rows = self._read(body)
+        keys = ("id", "qty", "sender", "received_at_ms", "requests", "effects")
+        return {
+            "requests": requests,
+            "effects": effects,
+            "inbox_rows": inbox_rows,
+            "total_qty": total_qty,
+            "rows": [dict(zip(keys, row, strict=True)) for row in rows],
+        }
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The request log in arrival order, one dict per request."""
+        keys = ("seq", "method", "path", "status", "delivery_id", "sender", "at_ms")
+        rows = self._read(lambda con: con.execute(_SELECT_REQUESTS).fetchall())
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+# --- Validating a delivery --------------------------------------------------------
+
+
+class Problem(Exception):
+    """A request the receiver rejects: an HTTP status, a short code and a detail."""
+
+    def __init__(self, status: HTTPStatus, code: str, detail: str) -> None:
+        super().__init__(f"{int(status)} {code}: {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RequestLine:
+    """The method and path of one request, as logged."""
+
+    method: str
+    path: str
+
+
+def _decimal(text: str) -> int | None:
+    """The value of a plain decimal header such as ``Content-Length``, else ``None``."""
+    if text.isascii() and text.isdigit() and len(text) <= MAX_DECIMAL_DIGITS:
+        return int(text)
+    return None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise Problem(HTTPStatus.BAD_REQUEST, "not_json", f"duplicate keys in {keys!r}")
+    return dict(pairs)
+
+
+def _no_constants(name: str) -> Any:
+    raise Problem(HTTPStatus.BAD_REQUEST, "not_json", f"{name} is not JSON")
+
+
+def _invalid(detail: str) -> Problem:
+    return Problem(HTTPStatus.UNPROCESSABLE_ENTITY, "invalid_delivery", detail)
+
+
+def parse_delivery(body: bytes) -> tuple[str, int]:
+    """Return ``(id, qty)`` from a delivery body, or raise ``Problem``.
+
+    The body must be UTF-8 strict JSON (no duplicate keys, no NaN/Infinity): else
+    400 ``not_json``. It must be an object with exactly the keys ``id`` (a str of
+    1-64 ASCII letters, digits, ``_`` or ``-``) and ``qty`` (an int 1-1000, not a
+    bool, not a float): else 422 ``invalid_delivery``.
+    """
+    try:
+        value = json.loads(
+            body.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constants
+        )
+    except (UnicodeDecodeError, ValueError) as error:
+        raise Problem(HTTPStatus.BAD_REQUEST, "not_json", str(error)) from None
+    if type(value) is not dict:
+        raise _invalid(f"expected a JSON object, got {type(value).__name__}")
+    if value.keys() != _DELIVERY_KEYS:
+        raise _invalid(f"expected exactly the keys ['id', 'qty'], got {sorted(value)!r}")
+    delivery_id, qty = value["id"], value["qty"]
+    if type(delivery_id) is not str or _IDENTIFIER.fullmatch(delivery_id) is None:
+        raise _invalid(f"'id' must be 1-64 ASCII letters, digits, '_' or '-', got {delivery_id!r}")
+    if type(qty) is not int or not 1 <= qty <= MAX_QTY:
+        raise _invalid(f"'qty' must be an integer in 1..{MAX_QTY}, got {qty!r}")
+    return delivery_id, qty
+
+
+# --- HTTP -------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    """The HTTP server plus the receiver's settings, read by each handler thread."""
+
+    # server_close() joins handler threads only if they are not daemons (the stdlib
+    # skips daemon threads), so a stopped receiver leaks none. Each handler is bounded:
+    # socket reads by read_timeout_s, the reply delay by MAX_REPLY_DELAY_MS.
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        inbox: Inbox,
+        reply_delay_ms: int,
+        read_timeout_s: float,
+        log: Log | None,
+    ) -> None:
+        self.inbox = inbox
+        self.reply_delay_ms = reply_delay_ms
+        self.read_timeout_s = read_timeout_s
+        self.log = log
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes one request; every answer is JSON and closes the connection."""
+
+    server_version = "courier-receiver/1"
+
+    @property
+    def _receiver(self) -> _Server:
+        assert isinstance(self.server, _Server)
+        return self.server
+
+    def setup(self) -> None:
+        super().setup()
+        # A client that announces more body than it sends must not pin a thread.
+        self.connection.settimeout(self._receiver.read_timeout_s)
+        self._body_read = False
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the stdlib's stderr access log; ``_dispatch`` logs instead."""
+
+    def _dispatch(self) -> None:
+        """Handle one request; an inbox failure (e.g. busy) is a 503, to be retried."""
+        request = RequestLine(self.command, self.path)
+        try:
+            self._handle(request)
+        except sqlite3.Error as error:
+            problem = Problem(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", f"inbox: {error}")
+            self._reply_problem(problem, request)
+
+    def _handle(self, request: RequestLine) -> None:
+        if request.path in SUMMARY_PATHS and request.method == "GET":
+            self._reply(HTTPStatus.OK, self._receiver.inbox.summary())
+            return
+        sender: str | None = None
+        try:
+            self._route(request)
+            sender = self._sender()
+            delivery_id, qty = parse_delivery(self._body())
+        except Problem as problem:
+            self._receiver.inbox.record_request(request, problem.status, None, sender)
+            self._drain_unread_body()
+            self._reply_problem(problem, request)
+            return
+        self._apply(request, delivery_id, qty, sender)
+
+    def _route(self, request: RequestLine) -> None:
+        if request.path not in (DELIVERIES_PATH, *SUMMARY_PATHS):
+            raise Problem(HTTPStatus.NOT_FOUND, "not_found", f"no route {request.path!r}")
+        allowed = "POST" if request.path == DELIVERIES_PATH else "GET"
+        if request.method != allowed:
+            raise Problem(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                f"{request.path} accepts {allowed}, not {request.method}",
+            )
+
+    def _sender(self) -> str | None:
+        sender = self.headers.get(SENDER_HEADER)
+        if sender is not None and _IDENTIFIER.fullmatch(sender) is None:
+            raise Problem(HTTPStatus.BAD_REQUEST, "bad_sender", f"{SENDER_HEADER}: {sender!r}")
+        return sender
+
+    def _body(self) -> bytes:
+        """Read exactly ``Content-Length`` bytes of a JSON body, or raise ``Problem``."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise Problem(HTTPStatus.LENGTH_REQUIRED, "length_required", "send Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise Problem(HTTPStatus.LENGTH_REQUIRED, "length_required", "no Content-Length")
+        length = _decimal(lengths[0]) if len(lengths) == 1 else None
+        if length is None:
+            raise Problem(HTTPStatus.BAD_REQUEST, "bad_content_length", f"got {lengths!r}")
+        if length > MAX_BODY_BYTES:
+            raise Problem(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "too_large",
+                f"{length} bytes; at most {MAX_BODY_BYTES}",
+            )
+        media_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if media_type != "application/json":
+            raise Problem(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                f"Content-Type must be application/json, got {media_type!r}",
+            )
+        self._body_read = True
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            raise Problem(
+                HTTPStatus.REQUEST_TIMEOUT, "request_timeout", "body not received in time"
+            ) from None
+        if len(body) != length:
+            raise Problem(
+                HTTPStatus.BAD_REQUEST, "short_body", f"got {len(body)} of {length} bytes"
+            )
+        return body
+
+    def _drain_unread_body(self) -> None:
+        """Read and drop a body we refused unread (up to ``DRAIN_LIMIT_BYTES``).
+
+        Closing a socket with unread input makes the kernel reset the connection,
+        which can destroy our error answer before the client reads it.
+        """
+        length = _decimal(self.headers.get("Content-Length", ""))
+        if self._body_read or length is None:
+            return
+        self._body_read = True
+        remaining = min(length, DRAIN_LIMIT_BYTES)
+        with contextlib.suppress(OSError):
+            while remaining > 0:
+                chunk = self.rfile.read1(min(remaining, 65536))
+                if not chunk:
+                    return
+                remaining -= len(chunk)
+
+    def _apply(self, request: RequestLine, delivery_id: str, qty: int, sender: str | None) -> None:
+        verdict = self._receiver.inbox.deliver(delivery_id, qty, sender, request)
+        if verdict == "conflict":
+            problem = Problem(
+                HTTPStatus.CONFLICT, "conflict", f"{delivery_id!r} was delivered with another qty"
+            )
+            self._reply_problem(problem, request)
+            return
+        delay_ms = self._receiver.reply_delay_ms
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
+        answer = {"id": delivery_id, "qty": qty, "duplicate": verdict == "duplicate"}
+        self._reply(HTTPStatus.OK, answer)
+        self._log(f"{request.method} {request.path} 200 {verdict} {delivery_id} from {sender}")
+
+    def _reply_problem(self, problem: Problem, request: RequestLine) -> None:
+        headers: dict[str, str] = {}
+        if problem.status == HTTPStatus.METHOD_NOT_ALLOWED:
+            headers["Allow"] = "POST" if request.path == DELIVERIES_PATH else "GET"
+        self._reply(problem.status, {"error": problem.code, "detail": problem.detail}, headers)
+        self._log(f"{request.method} {request.path} {int(problem.status)} {problem.code}")
+
+    def _reply(
+        self, status: HTTPStatus, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _log(self, line: str) -> None:
+        if self._receiver.log is not None:
+            self._receiver.log(line)
+
+
+class Receiver:
+    """A running receiver: the HTTP server on a background thread, over one inbox.
+
+    Use it as a context manager (``with Receiver(path) as receiver:``) or call
+    ``start()`` and ``stop()``. ``port`` is the bound port (OS-assigned for port 0)
+    and ``url`` the delivery URL to give couriers.
+    """
+
+    def __init__(
+        self,
+        inbox_path: str | PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        reply_delay_ms: int = 0,
+        read_timeout_s: float = 5.0,
+        log: Log | None = None,
+        inbox_busy_timeout_s: float = 5.0,
+    ) -> None:
+        """Create the inbox and bind the socket; raises ``ValueError`` on bad knobs."""
+        if type(port) is not int or not 0 <= port <= 65535:
+            raise ValueError(f"'port' must be an int in 0..65535, got {port!r}")
+        if type(reply_delay_ms) is not int or not 0 <= reply_delay_ms <= MAX_REPLY_DELAY_MS:
+            raise ValueError(
+                f"'reply_delay_ms' must be an int in 0..{MAX_REPLY_DELAY_MS}, "
+                f"got {reply_delay_ms!r}"
+            )
+        if not 0 < read_timeout_s <= 60:
+            raise ValueError(f"'read_timeout_s' must be in (0, 60], got {read_timeout_s!r}")
+        self.inbox = Inbox(inbox_path, busy_timeout_s=inbox_busy_timeout_s)
+        self._server = _Server((host, port), self.inbox, reply_delay_ms, read_timeout_s, log)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def host(self) -> str:
+        return str(self._server.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The URL couriers post deliveries to."""
+        return self.base_url + DELIVERIES_PATH
+
+    def start(self) -> Receiver:
+        """Serve on a background thread; returns ``self``."""
+        if self._thread is not None:
+            raise RuntimeError("the receiver is already started")
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"receiver-{self.port}",
+        )
+        self._thread.start()
+        return self
+
+    def serve_until(self, stop: threading.Event, max_seconds: float | None = None) -> None:
+        """Serve on the calling thread's behalf until ``stop`` is set or time runs out."""
+        self.start()
+        try:
+            stop.wait(max_seconds)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop serving, join the serving and handler threads, close the socket."""
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._server.server_close()
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,170 @@
+"""The courier's HTTP send and loop against the real receiver and a real queue file.
+
+How each answer is classified, that a timeout after the receiver's commit is
+retried and absorbed by the inbox, and that a busy database pauses a courier
+process instead of killing it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import worker
+from courier.procs import Children, courier_command
+from courier.receiver import Receiver
+from courier.runner import HttpSend, Limits, classify_status, clock_ms, run_courier
+
+WAIT_S = 20.0
+
+
+@pytest.mark.parametrize("status", [200, 201, 204, 299])
+def test_2xx_is_an_acknowledgement(status: int) -> None:
+    assert classify_status(status) is True
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 599])
+def test_timeouts_throttling_and_5xx_are_retryable(status: int) -> None:
+    with pytest.raises(worker.Retryable):
+        classify_status(status)
+
+
+@pytest.mark.parametrize("status", [301, 303, 400, 401, 404, 405, 409, 413, 422])
+def test_other_statuses_are_permanent(status: int) -> None:
+    with pytest.raises(worker.Permanent):
+        classify_status(status)
+
+
+def test_send_is_true_for_a_new_delivery_and_for_a_duplicate(receiver: Receiver) -> None:
+    send = HttpSend(receiver.url, "c1")
+    assert send({"id": "a", "qty": 2}) is True
+    assert send({"id": "a", "qty": 2}) is True
+    assert receiver.inbox.summary()["effects"] == 1
+    assert [row["sender"] for row in receiver.inbox.requests()] == ["c1", "c1"]
+
+
+def test_send_refused_by_the_receiver_is_permanent(receiver: Receiver) -> None:
+    send = HttpSend(receiver.url, "c1")
+    send({"id": "a", "qty": 2})
+    with pytest.raises(worker.Permanent, match="409"):
+        send({"id": "a", "qty": 3})
+    with pytest.raises(worker.Permanent, match="422"):
+        send({"id": "not valid", "qty": 3})
+    with pytest.raises(worker.Permanent, match="404"):
+        HttpSend(receiver.base_url + "/elsewhere", "c1")({"id": "b", "qty": 1})
+
+
+def test_send_to_a_stopped_receiver_is_retryable(tmp_path: Path) -> None:
+    with Receiver(tmp_path / "inbox.sqlite") as gone:
+        url = gone.url
+    with pytest.raises(worker.Retryable):
+        HttpSend(url, "c1", timeout_ms=2000)({"id": "a", "qty": 1})
+
+
+def test_a_timeout_after_the_commit_is_retried_and_the_inbox_absorbs_the_resend(
+    tmp_path: Path,
+) -> None:
+    queue = tmp_path / "queue.sqlite"
+    con = worker.open_queue(queue)
+    assert worker.enqueue(con, {"id": "slow", "qty": 3}, clock_ms(), 30_000)
+    con.close()
+    with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=400) as receiver:
+        impatient = HttpSend(receiver.url, "c1", timeout_ms=100)
+        first = worker.run_file(queue, "c1", clock_ms, impatient, 0.0)
+        assert first == {"id": "slow", "token": 1, "status": "pending"}
+        assert receiver.inbox.summary()["effects"] == 1  # the work was done all the same
+        patient = HttpSend(receiver.url, "c1", timeout_ms=5000)
+        report = run_courier(
+            queue,
+            "c1",
+            patient,
+            limits=Limits(max_seconds=WAIT_S, until_drained=True),
+            log=lambda line: None,
+        )
+        summary = receiver.inbox.summary()
+    assert report.stop_reason == "drained"
+    assert report.results == [{"id": "slow", "token": 2, "status": "done"}]
+    assert (summary["requests"], summary["effects"], summary["total_qty"]) == (2, 1, 3)
+
+
+def test_run_courier_stops_when_idle_for_long_enough(tmp_path: Path, receiver: Receiver) -> None:
+    queue = tmp_path / "queue.sqlite"
+    worker.open_queue(queue).close()
+    started = time.monotonic()
+    report = run_courier(
+        queue,
+        "c1",
+        HttpSend(receiver.url, "c1"),
+        limits=Limits(max_seconds=WAIT_S, max_idle_ms=300),
+        log=lambda line: None,
+    )
+    assert report.stop_reason == "idle"
+    assert report.results == []
+    assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_run_courier_refuses_a_missing_queue_file(tmp_path: Path, receiver: Receiver) -> None:
+    with pytest.raises(FileNotFoundError):
+        run_courier(tmp_path / "nope.sqlite", "c1", HttpSend(receiver.url, "c1"))
+    assert not (tmp_path / "nope.sqlite").exists()
+
+
+def wait_for_text(path: Path, text: str, timeout_s: float) -> bool:
+    until = time.monotonic() + timeout_s
+    while time.monotonic() < until:
+        if text in path.read_text(encoding="utf-8", errors="replace"):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_busy_database_pauses_the_courier_process_instead_of_killing_it(
+    tmp_path: Path, receiver: Receiver, children: Children
+) -> None:
+    queue = tmp_path / "queue.sqlite"
+    con = worker.open_queue(queue)
+    assert worker.enqueue(con, {"id": "a", "qty": 1}, clock_ms(), 30_000)
+    log = tmp_path / "c1.log"
+    con.execute("BEGIN IMMEDIATE")  # hold the write lock past the courier's 1 s busy timeout
+    try:
+        courier = children.start(
+            courier_command(
+                "run",
+                queue,
+                "--url",
+                receiver.url,
+                "--owner",
+                "c1",
+                "--until-drained",
+                "--max-seconds",
+                str(WAIT_S),
+            ),
+            log,
+        )
+        assert wait_for_text(log, "queue busy", WAIT_S), log.read_text()
+    finally:
+        con.execute("COMMIT")
+        con.close()
+    assert courier.wait(timeout=WAIT_S + 5) == 0, log.read_text()
+    assert "c1: a token=1 -> done" in log.read_text()
+
+
+def test_sigterm_stops_a_courier_between_deliveries(
+    tmp_path: Path, receiver: Receiver, children: Children
+) -> None:
+    queue = tmp_path / "queue.sqlite"
+    worker.open_queue(queue).close()
+    log = tmp_path / "c1.log"
+    courier = children.start(
+        courier_command(
+            "run", queue, "--url", receiver.url, "--owner", "c1", "--max-seconds", str(WAIT_S)
+        ),
+        log,
+    )
+    assert wait_for_text(log, "c1: started", WAIT_S), log.read_text()  # handlers are set
+    courier.send_signal(signal.SIGTERM)
+    assert courier.wait(timeout=WAIT_S) == 0, log.read_text()
+    assert "stopped (stopped)" in log.read_text()
