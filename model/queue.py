@@ -281,7 +281,7 @@ class QueueModel:
             return None
         outcome, delay_ms = _deliver(send, ticket, jitter)
         finished_at = clock()
-        check_arguments(finished_at=finished_at)
+        check_arguments(**{"second clock()": finished_at})
         if finished_at < claimed_at:
             raise ValueError(f"clock went backwards: {finished_at} after {claimed_at}")
         status = self.finish(ticket, outcome, finished_at, delay_ms)

@@ -158,7 +158,7 @@ ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
     "jitter": Ratio(),
     "clock": Function(),
     "send": Function(),
-    "finished_at": TIME,
+    "second clock()": TIME,  # run_once's second reading, the time of its finish
     # retry_delay
     "attempt": ATTEMPTS,
     "base_ms": DURATION,

@@ -16,7 +16,9 @@ read and replay one.
 from __future__ import annotations
 
 import functools
+import math
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -79,58 +81,75 @@ SENDS = (
 SEND = st.sampled_from(SENDS)
 JITTERS = st.one_of(st.sampled_from([0, 1, 0.0, 0.5, 1.0]), st.floats(0, 1))
 
-# Arbitrary values for one argument of one call: valid edges, invalid edges and
-# wrong types. Both sides must agree on every one of them.
-ODD_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.sampled_from(
-        [-1, 0, 1, 2, 16, 17, 1000, 1001, 60000, 60001, MAX_NOW, MAX_NOW + 1, 10**15, 10**15 + 1]
-    ),
-    st.integers(),
-    st.floats(),
-    st.sampled_from(["", "a", "c1", "a" * 64, "a" * 65, "a\n", "é", "ok", "retry", "a b"]),
-    st.text(max_size=3),
-    st.builds(IntSubclass, st.integers(0, 3)),
-    st.builds(StrSubclass, st.sampled_from(["a", "ok"])),
-    st.just({"id": "a", "qty": 1}),
-    st.just([]),
-)
-ODD_SLOTS = (
-    "enqueue.event",
-    "enqueue.event.id",
-    "enqueue.event.qty",
-    "enqueue.now_ms",
-    "enqueue.ttl_ms",
-    "enqueue.max_attempts",
-    "claim.owner",
-    "claim.now_ms",
-    "claim.lease_ms",
-    "claim.fault",
-    "finish.ticket",
-    "finish.ticket.id",
-    "finish.ticket.qty",
-    "finish.ticket.owner",
-    "finish.ticket.token",
-    "finish.ticket.attempt",
-    "finish.ticket.lease_until",
-    "finish.outcome",
-    "finish.now_ms",
-    "finish.delay_ms",
-    "redrive.job_id",
-    "redrive.now_ms",
-    "redrive.ttl_ms",
-    "redrive.note",
-    "retry_delay.attempt",
-    "retry_delay.base_ms",
-    "retry_delay.cap_ms",
-    "retry_delay.jitter",
-    "run_once.owner",
-    "run_once.jitter",
-    "run_once.lease_ms",
+# Odd values for one argument of one call: the edges of its range on both
+# sides, wrong types and arbitrary ints. Both sides must agree on every one.
+WRONG_TYPES: st.SearchStrategy[object] = st.sampled_from(
+    [None, True, False, 1.0, "1", b"1", [], IntSubclass(1)]
 )
 
-Result = tuple[str, Any]
+
+def ints_around(lo: int, hi: int) -> st.SearchStrategy[object]:
+    """An int argument ranging over ``lo .. hi``: its edges, wrong types, anything."""
+    edges = sorted({lo - 1, lo, lo + 1, hi - 1, hi, hi + 1})
+    return st.one_of(st.sampled_from(edges), WRONG_TYPES, st.integers())
+
+
+IDENTIFIER_ODDITIES = st.one_of(
+    st.sampled_from(["", "a", "c1", "a" * 64, "a" * 65, "a\n", "a b", "a.b", "\u00e9", "\u0661"]),
+    st.builds(StrSubclass, st.just("a")),
+    WRONG_TYPES,
+    st.text(max_size=3),
+)
+JITTER_ODDITIES = st.one_of(
+    st.sampled_from([-1e-9, 1 + 1e-9, 2, -1]),  # just outside 0..1
+    st.sampled_from([0, 1, 0.0, 1.0]),  # its edges, int and float
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    WRONG_TYPES,
+    st.floats(),
+)
+DICT_ODDITIES: st.SearchStrategy[object] = st.sampled_from(
+    [None, [], {}, {"id": "a"}, {"qty": 1}, {"id": "a", "qty": 1, "extra": 0}, "a"]
+)
+TIME_ODDITIES = ints_around(0, MAX_NOW)
+ODD_ARGUMENTS = {
+    "enqueue.event": DICT_ODDITIES,
+    "enqueue.event.id": IDENTIFIER_ODDITIES,
+    "enqueue.event.qty": ints_around(1, 1000),
+    "enqueue.now_ms": TIME_ODDITIES,
+    "enqueue.ttl_ms": ints_around(1, 60000),
+    "enqueue.max_attempts": ints_around(1, 16),
+    "claim.owner": IDENTIFIER_ODDITIES,
+    "claim.now_ms": TIME_ODDITIES,
+    "claim.lease_ms": ints_around(1, 60000),
+    "claim.fault": st.sampled_from(["after-claim", 1, True, None]),
+    "finish.ticket": DICT_ODDITIES,
+    "finish.ticket.id": IDENTIFIER_ODDITIES,
+    "finish.ticket.qty": ints_around(1, 1000),
+    "finish.ticket.owner": IDENTIFIER_ODDITIES,
+    "finish.ticket.token": ints_around(1, 10**15),
+    "finish.ticket.attempt": ints_around(1, 16),
+    "finish.ticket.lease_until": ints_around(1, 10**15),
+    "finish.outcome": st.sampled_from(["ok", "retry", "permanent", "OK", "done", "", None]),
+    "finish.now_ms": TIME_ODDITIES,
+    "finish.delay_ms": ints_around(0, 60000),
+    "redrive.job_id": IDENTIFIER_ODDITIES,
+    "redrive.now_ms": TIME_ODDITIES,
+    "redrive.ttl_ms": ints_around(1, 60000),
+    "redrive.note": IDENTIFIER_ODDITIES,
+    "retry_delay.attempt": ints_around(1, 16),
+    "retry_delay.base_ms": ints_around(1, 60000),
+    "retry_delay.cap_ms": ints_around(100, 60000),  # base_ms is 100 in the valid call
+    "retry_delay.jitter": JITTER_ODDITIES,
+    "run_once.owner": IDENTIFIER_ODDITIES,
+    "run_once.jitter": JITTER_ODDITIES,
+    "run_once.lease_ms": ints_around(1, 60000),
+}
+# One argument: (slot, value), e.g. ('retry_delay.jitter', 2).
+ODD_ARGUMENT = st.one_of(
+    [st.tuples(st.just(slot), values) for slot, values in ODD_ARGUMENTS.items()]
+)
+
+Result = tuple[Any, ...]
 
 
 def explain(message: str) -> None:
@@ -154,11 +173,24 @@ EXPECTED_ERRORS = (ValueError, worker.Conflict, worker.BadAck, InjectedFault, Se
 
 
 def outcome_of(call: Callable[[], Any]) -> Result:
-    """``("returned", value)`` or ``("raised", exception type name)``."""
+    """``("returned", value)`` or ``("raised", exception type name, subject)``.
+
+    The subject of a ``ValueError`` is the first quoted name in its message: the
+    argument it rejects (``'owner' must be ...``, ``'event['id']' ...`` -> event)
+    or the job it is about (``no job 'a' to redrive``). Both sides must reject
+    the same argument, not merely raise the same type.
+    """
     try:
         return ("returned", call())
+    except ValueError as error:
+        return ("raised", type(error).__name__, subject_of(str(error)))
     except EXPECTED_ERRORS as error:
         return ("raised", type(error).__name__)
+
+
+def subject_of(message: str) -> str:
+    quoted = re.search(r"'([^'\[]*)", message)
+    return quoted.group(1) if quoted else ""
 
 
 class FaultAt:
@@ -272,14 +304,15 @@ class QueueLockstep(RuleBasedStateMachine):
     @counted
     def claim(self, owner: str, lease_ms: int, fail_at: str | None) -> Any:
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
-        kind, ticket = self.both(
+        result = self.both(
             "claim",
             lambda: worker.claim(self.con, owner, self.now, lease_ms, real_fault),
             lambda: self.model.claim(owner, self.now, lease_ms, spec_fault),
         )
         self.same_hooks("claim", real_fault, spec_fault)
-        if kind != "returned" or ticket is None:
+        if result[0] != "returned" or result[1] is None:
             return multiple()
+        ticket = result[1]
         earlier = [t["token"] for t in self.issued if t["id"] == ticket["id"]]
         assert all(ticket["token"] > token for token in earlier), "a fencing token was reused"
         self.issued.append(dict(ticket))
@@ -432,10 +465,26 @@ class QueueLockstep(RuleBasedStateMachine):
 
         return send
 
-    @rule(slot=st.sampled_from(ODD_SLOTS), value=ODD_VALUES)
+    @rule(
+        attempt=st.one_of(st.integers(1, 16), ints_around(1, 16)),
+        base_ms=st.one_of(st.integers(1, 60000), ints_around(1, 60000)),
+        cap_ms=st.one_of(st.integers(1, 60000), ints_around(1, 60000)),
+        jitter=st.one_of(JITTERS, JITTER_ODDITIES),
+    )
     @counted
-    def call_with_odd_argument(self, slot: str, value: object) -> None:
-        """Replace one argument of a valid call by an arbitrary value; both must agree."""
+    def retry_delay(self, attempt: object, base_ms: object, cap_ms: object, jitter: object) -> None:
+        """The backoff of both sides agrees, for valid and odd arguments alike."""
+        self.both(
+            "retry_delay",
+            lambda: worker.retry_delay(attempt, base_ms, cap_ms, jitter),  # type: ignore[arg-type]
+            lambda: model.retry_delay(attempt, base_ms, cap_ms, jitter),  # type: ignore[arg-type]
+        )
+
+    @rule(odd=ODD_ARGUMENT)
+    @counted
+    def call_with_odd_argument(self, odd: tuple[str, object]) -> None:
+        """Replace one argument of a valid call by an odd value; both sides must agree."""
+        slot, value = odd
         function, _, argument = slot.partition(".")
         real_args, spec_args = self.valid_arguments(function), self.valid_arguments(function)
         for arguments in (real_args, spec_args):
