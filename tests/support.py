@@ -7,21 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-JOB_COLUMNS = (
-    "seq",
-    "id",
-    "qty",
-    "status",
-    "attempts",
-    "max_attempts",
-    "token",
-    "available_at",
-    "deadline",
-    "owner",
-    "lease_until",
-    "reason",
-)
-REDRIVE_COLUMNS = ("seq", "id", "token", "at_ms", "note")
+from courier.queueview import JOB_COLUMNS, REDRIVE_COLUMNS
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
