@@ -7,7 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from courier.queueview import JOB_COLUMNS, REDRIVE_COLUMNS
+from courier.queueview import JOB_COLUMNS as JOB_COLUMNS
+from courier.queueview import REDRIVE_COLUMNS as REDRIVE_COLUMNS
 
 Rows = dict[str, list[tuple[Any, ...]]]
 

@@ -49,6 +49,7 @@ SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 MAX_NOW = 10**15 - 60000
 IDS = ("a", "b", "c")
 OWNERS = ("c1", "c2")
+JOB_ID = st.sampled_from(IDS)
 OUTCOMES = ("ok", "retry", "permanent")
 HOOK_POINTS = ("after-claim", "after-finish", "after-audit", "after-redrive", "after-commit")
 TICKET_FIELDS = ("id", "qty", "owner", "token", "attempt", "lease_until")
@@ -59,9 +60,14 @@ PLACEHOLDER_TICKET: dict[str, Any] = dict.fromkeys(TICKET_FIELDS, 1) | {"id": "a
 TTLS = st.one_of(st.sampled_from([1, 2, 5, 30, 100, 60000]), st.integers(1, 60000))
 LEASES = st.one_of(st.sampled_from([1, 2, 10, 50, 1000]), st.integers(1, 60000))
 BUDGETS = st.integers(1, 4)
-FAULTS = st.one_of(st.none(), st.sampled_from(HOOK_POINTS))
+HOOK_POINT = st.sampled_from(HOOK_POINTS)
+OUTCOME = st.sampled_from(OUTCOMES)
 # A delay is either a number or an aim relative to the job's deadline.
-DELAYS = st.one_of(st.sampled_from(["to_deadline", "before_deadline"]), st.integers(0, 60000))
+DELAYS = st.one_of(
+    st.sampled_from(["to_deadline", "before_deadline"]),
+    st.sampled_from([0, 1]),
+    st.integers(0, 60000),
+)
 BOUNDARIES = ("available_at", "deadline", "lease_until")
 # The second clock reading of run_once: an offset in ms, or an aim.
 LATER = st.one_of(
@@ -143,6 +149,8 @@ ODD_ARGUMENTS = {
     "run_once.owner": IDENTIFIER_ODDITIES,
     "run_once.jitter": JITTER_ODDITIES,
     "run_once.lease_ms": ints_around(1, 60000),
+    "run_once.clock": st.sampled_from([None, 1, "clock"]),
+    "run_once.send": st.sampled_from([None, True, "http://127.0.0.1/deliveries"]),
 }
 # One argument: (slot, value), e.g. ('retry_delay.jitter', 2).
 ODD_ARGUMENT = st.one_of(
@@ -289,7 +297,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
     # --- rules: the API verbs --------------------------------------------------
 
-    @rule(job_id=st.sampled_from(IDS), qty=st.integers(1, 2), ttl_ms=TTLS, max_attempts=BUDGETS)
+    @rule(job_id=JOB_ID, qty=st.integers(1, 2), ttl_ms=TTLS, max_attempts=BUDGETS)
     @counted
     def enqueue(self, job_id: str, qty: int, ttl_ms: int, max_attempts: int) -> None:
         event = {"id": job_id, "qty": qty}
@@ -300,9 +308,18 @@ class QueueLockstep(RuleBasedStateMachine):
         )
         assert event == {"id": job_id, "qty": qty}, "enqueue mutated its event"
 
-    @rule(target=tickets, owner=st.sampled_from(OWNERS), lease_ms=LEASES, fail_at=FAULTS)
+    @rule(target=tickets, owner=OWNER, lease_ms=LEASES)
     @counted
-    def claim(self, owner: str, lease_ms: int, fail_at: str | None) -> Any:
+    def claim(self, owner: str, lease_ms: int) -> Any:
+        return self.claim_with_hooks(owner, lease_ms, fail_at=None)
+
+    @rule(target=tickets, owner=OWNER, lease_ms=LEASES, fail_at=HOOK_POINT)
+    @counted
+    def claim_with_fault(self, owner: str, lease_ms: int, fail_at: str) -> Any:
+        return self.claim_with_hooks(owner, lease_ms, fail_at)
+
+    def claim_with_hooks(self, owner: str, lease_ms: int, fail_at: str | None) -> Any:
+        """Claim on both sides; keep the ticket in the bundle if one was issued."""
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
         result = self.both(
             "claim",
@@ -318,24 +335,27 @@ class QueueLockstep(RuleBasedStateMachine):
         self.issued.append(dict(ticket))
         return ticket
 
-    @rule(
-        ticket=tickets,
-        outcome=st.sampled_from(OUTCOMES),
-        delay=DELAYS,
-        fail_at=FAULTS,
-        forge=st.one_of(st.none(), st.sampled_from(TICKET_FIELDS)),
-    )
+    @rule(ticket=tickets, outcome=OUTCOME, delay=DELAYS)
     @counted
-    def finish(
-        self,
-        ticket: dict[str, Any],
-        outcome: str,
-        delay: int | str,
-        fail_at: str | None,
-        forge: str | None,
+    def finish(self, ticket: dict[str, Any], outcome: str, delay: int | str) -> None:
+        self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), None)
+
+    @rule(ticket=tickets, outcome=OUTCOME, delay=DELAYS, fail_at=HOOK_POINT)
+    @counted
+    def finish_with_fault(
+        self, ticket: dict[str, Any], outcome: str, delay: int | str, fail_at: str
     ) -> None:
-        presented = forged(ticket, forge) if forge else dict(ticket)
-        delay_ms = self.delay_for(delay, ticket)
+        self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), fail_at)
+
+    @rule(ticket=tickets, field=st.sampled_from(TICKET_FIELDS), outcome=OUTCOME)
+    @counted
+    def finish_forged(self, ticket: dict[str, Any], field: str, outcome: str) -> None:
+        """Present a well-formed ticket that differs from a real one in one field."""
+        self.finish_with_hooks(forged(ticket, field), outcome, 0, None)
+
+    def finish_with_hooks(
+        self, presented: dict[str, Any], outcome: str, delay_ms: int, fail_at: str | None
+    ) -> None:
         explain(f"finish: presenting {presented} at now={self.now} with delay_ms={delay_ms}")
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
         snapshot = dict(presented)
@@ -354,7 +374,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.rows()["jobs"])
     @rule(
-        job_id=st.sampled_from(IDS),
+        job_id=JOB_ID,
         boundary=st.sampled_from(BOUNDARIES),
         offset=st.sampled_from([-1, 0, 1]),
     )
@@ -367,14 +387,19 @@ class QueueLockstep(RuleBasedStateMachine):
             self.now = target + offset
         explain(f"advance_clock_to: now={self.now}")
 
-    @rule(
-        job_id=st.sampled_from(IDS),
-        ttl_ms=TTLS,
-        note_text=st.sampled_from(["ops", "fixed-address"]),
-        fail_at=FAULTS,
-    )
+    @rule(job_id=JOB_ID, ttl_ms=TTLS, note_text=st.sampled_from(["ops", "fixed-address"]))
     @counted
-    def redrive(self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None) -> None:
+    def redrive(self, job_id: str, ttl_ms: int, note_text: str) -> None:
+        self.redrive_with_hooks(job_id, ttl_ms, note_text, None)
+
+    @rule(job_id=JOB_ID, ttl_ms=TTLS, fail_at=HOOK_POINT)
+    @counted
+    def redrive_with_fault(self, job_id: str, ttl_ms: int, fail_at: str) -> None:
+        self.redrive_with_hooks(job_id, ttl_ms, "ops", fail_at)
+
+    def redrive_with_hooks(
+        self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None
+    ) -> None:
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
         self.both(
             "redrive",

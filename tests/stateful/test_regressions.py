@@ -23,10 +23,8 @@ def test_regression_ticket_with_a_newer_token_is_stale() -> None:
     state = QueueLockstep()
     try:
         state.enqueue(job_id="a", max_attempts=1, qty=1, ttl_ms=1)
-        tickets_0 = state.claim(fail_at=None, lease_ms=1, owner="c1")
-        state.finish(
-            delay="to_deadline", fail_at=None, forge="token", outcome="ok", ticket=tickets_0
-        )
+        tickets_0 = state.claim(lease_ms=1, owner="c1")
+        state.finish_forged(field="token", outcome="ok", ticket=tickets_0)
         check_all(state)
     finally:
         state.teardown()
