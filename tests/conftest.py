@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 import worker
 
@@ -39,6 +39,7 @@ settings.register_profile(
     "mutation",
     max_examples=300,
     derandomize=True,
+    phases=[Phase.explicit, Phase.generate],  # a kill needs no shrinking
     deadline=None,
     suppress_health_check=_SLOW_IS_FINE,
 )
