@@ -188,7 +188,10 @@ def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any
 
 def _jitter(value: object) -> float:
     """Return ``value`` if it is an exact int or float, finite, in 0..1."""
-    if (type(value) is int or type(value) is float) and math.isfinite(value) and 0 <= value <= 1:
+    # An int is compared as an int: math.isfinite() of a huge int would overflow.
+    if type(value) is int and 0 <= value <= 1:
+        return value
+    if type(value) is float and math.isfinite(value) and 0 <= value <= 1:
         return value
     raise _reject("jitter", "a finite int or float in 0..1", value)
 
@@ -221,9 +224,10 @@ def _idle_connection(con: object) -> sqlite3.Connection:
 
 def _path(path: object) -> str:
     """Return ``path`` (an exact str or an os.PathLike) as a str."""
-    if type(path) is not str and not isinstance(path, os.PathLike):
-        raise _reject("path", "a str or os.PathLike naming a local file", path)
-    return os.fsdecode(os.fspath(path))
+    if type(path) is str or isinstance(path, os.PathLike):
+        with contextlib.suppress(TypeError):  # a PathLike whose __fspath__ gives no path
+            return os.fsdecode(os.fspath(path))
+    raise _reject("path", "a str or os.PathLike naming a local file", path)
 
 
 def _queue_path(path: object) -> str:

@@ -27,8 +27,14 @@ queue file). The rules it keeps:
    request on its own thread, closes every connection after one response, and
    ``Receiver.stop()`` joins every thread and closes the socket.
 
-Chaos knob: ``reply_delay_ms`` sleeps after the inbox commit and before the answer, so
-a courier with a short timeout sees a timeout for work that was in fact done.
+Chaos knobs (for drills and the soak in ``bench/``; all off by default):
+``reply_delay_ms`` sleeps after the inbox commit and before the answer, so a courier
+with a short timeout sees a timeout for work that was in fact done. ``faults`` is
+asked, for each well-formed delivery, for a ``Fault``: refuse it with a given 4xx/5xx
+status without touching the inbox, or apply it and then answer late or drop the
+connection without any answer. ``on_commit`` is called right after a delivery's
+inbox transaction has committed and before the answer is written: the moment to
+kill or pause the sender that is still waiting for it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import contextlib
 import json
 import re
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +57,9 @@ from typing import Any, Literal, TypeVar
 __all__ = [
     "DELIVERIES_PATH",
     "MAX_BODY_BYTES",
+    "CommitHook",
+    "Fault",
+    "FaultPlan",
     "Inbox",
     "Problem",
     "Receiver",
@@ -71,6 +81,47 @@ _DELIVERY_KEYS = frozenset({"id", "qty"})
 Verdict = Literal["applied", "duplicate", "conflict"]
 Log = Callable[[str], None]
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault the receiver injects into one well-formed delivery (chaos drills only).
+
+    ``status``: answer this 4xx or 5xx status and change nothing (the request is
+    logged). Otherwise the delivery is applied as usual, then the answer waits
+    ``delay_ms`` (at most ``MAX_REPLY_DELAY_MS``), and with ``drop`` the connection
+    is closed with no answer at all, as a crash after the commit would.
+    """
+
+    status: int | None = None
+    delay_ms: int = 0
+    drop: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status is not None and not _is_error_status(self.status):
+            raise ValueError(f"'status' must be a known 4xx or 5xx status, got {self.status!r}")
+        if type(self.delay_ms) is not int or not 0 <= self.delay_ms <= MAX_REPLY_DELAY_MS:
+            raise ValueError(
+                f"'delay_ms' must be an int in 0..{MAX_REPLY_DELAY_MS}, got {self.delay_ms!r}"
+            )
+
+
+def _is_error_status(status: object) -> bool:
+    """True for an exact int that names a 4xx or 5xx ``HTTPStatus``."""
+    if type(status) is not int or not 400 <= status <= 599:
+        return False
+    try:
+        HTTPStatus(status)
+    except ValueError:
+        return False
+    return True
+
+
+NO_FAULT = Fault()
+FaultPlan = Callable[[str, str | None], Fault | None]
+"""Asked once per well-formed delivery with ``(id, sender)``; ``None`` means no fault."""
+CommitHook = Callable[[str, str | None, Verdict], None]
+"""Called with ``(id, sender, verdict)`` after an applied or duplicate delivery committed."""
 
 # --- SQL: every statement is named once --------------------------------------
 
@@ -317,12 +368,25 @@ class _Server(ThreadingHTTPServer):
         reply_delay_ms: int,
         read_timeout_s: float,
         log: Log | None,
+        faults: FaultPlan | None = None,
+        on_commit: CommitHook | None = None,
     ) -> None:
         self.inbox = inbox
         self.reply_delay_ms = reply_delay_ms
         self.read_timeout_s = read_timeout_s
         self.log = log
+        self.faults = faults
+        self.on_commit = on_commit
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (killed, timed out) is normal: one log line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            if self.log is not None:
+                self.log(f"client {client_address} went away before its answer: {error!r}")
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -382,7 +446,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._drain_unread_body()
             self._reply_problem(problem, request)
             return
-        self._apply(request, delivery_id, qty, sender)
+        fault = self._fault_for(delivery_id, sender)
+        if fault.status is not None:
+            self._refuse(request, fault.status, delivery_id, sender)
+            return
+        self._apply(request, delivery_id, qty, sender, fault)
+
+    def _fault_for(self, delivery_id: str, sender: str | None) -> Fault:
+        plan = self._receiver.faults
+        fault = None if plan is None else plan(delivery_id, sender)
+        return NO_FAULT if fault is None else fault
+
+    def _refuse(
+        self, request: RequestLine, status: int, delivery_id: str, sender: str | None
+    ) -> None:
+        """Answer an injected error status; the inbox and the effects stay as they were."""
+        self._receiver.inbox.record_request(request, status, delivery_id, sender)
+        problem = Problem(HTTPStatus(status), "injected_fault", f"chaos: refused {delivery_id!r}")
+        self._reply_problem(problem, request)
 
     def _route(self, request: RequestLine) -> None:
         if request.path not in (DELIVERIES_PATH, *SUMMARY_PATHS):
@@ -455,7 +536,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 remaining -= len(chunk)
 
-    def _apply(self, request: RequestLine, delivery_id: str, qty: int, sender: str | None) -> None:
+    def _apply(
+        self,
+        request: RequestLine,
+        delivery_id: str,
+        qty: int,
+        sender: str | None,
+        fault: Fault = NO_FAULT,
+    ) -> None:
         verdict = self._receiver.inbox.deliver(delivery_id, qty, sender, request)
         if verdict == "conflict":
             problem = Problem(
@@ -463,9 +551,15 @@ class _Handler(BaseHTTPRequestHandler):
             )
             self._reply_problem(problem, request)
             return
-        delay_ms = self._receiver.reply_delay_ms
+        if self._receiver.on_commit is not None:
+            self._receiver.on_commit(delivery_id, sender, verdict)
+        delay_ms = max(self._receiver.reply_delay_ms, fault.delay_ms)
         if delay_ms:
             time.sleep(delay_ms / 1000)
+        if fault.drop:
+            self.close_connection = True  # no answer at all: the client sees a reset
+            self._log(f"{request.method} {request.path} dropped {verdict} {delivery_id}")
+            return
         answer = {"id": delivery_id, "qty": qty, "duplicate": verdict == "duplicate"}
         self._reply(HTTPStatus.OK, answer)
         self._log(f"{request.method} {request.path} 200 {verdict} {delivery_id} from {sender}")
@@ -512,8 +606,15 @@ class Receiver:
         read_timeout_s: float = 5.0,
         log: Log | None = None,
         inbox_busy_timeout_s: float = 5.0,
+        faults: FaultPlan | None = None,
+        on_commit: CommitHook | None = None,
     ) -> None:
-        """Create the inbox and bind the socket; raises ``ValueError`` on bad knobs."""
+        """Create the inbox and bind the socket; raises ``ValueError`` on bad knobs.
+
+        ``faults`` and ``on_commit`` are the chaos knobs described in the module
+        docstring; both are called on the handler threads, so they must be
+        thread-safe and quick (a ``Fault``'s delay is the receiver's to sleep).
+        """
         if type(port) is not int or not 0 <= port <= 65535:
             raise ValueError(f"'port' must be an int in 0..65535, got {port!r}")
         if type(reply_delay_ms) is not int or not 0 <= reply_delay_ms <= MAX_REPLY_DELAY_MS:
@@ -524,7 +625,9 @@ class Receiver:
         if not 0 < read_timeout_s <= 60:
             raise ValueError(f"'read_timeout_s' must be in (0, 60], got {read_timeout_s!r}")
         self.inbox = Inbox(inbox_path, busy_timeout_s=inbox_busy_timeout_s)
-        self._server = _Server((host, port), self.inbox, reply_delay_ms, read_timeout_s, log)
+        self._server = _Server(
+            (host, port), self.inbox, reply_delay_ms, read_timeout_s, log, faults, on_commit
+        )
         self._thread: threading.Thread | None = None
 
     @property

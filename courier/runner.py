@@ -49,6 +49,7 @@ __all__ = [
     "HttpSend",
     "Limits",
     "StallAfterAcks",
+    "Step",
     "classify_status",
     "clock_ms",
     "is_busy",
@@ -67,6 +68,8 @@ _SQLITE_LOCKED = 6
 
 Log = Callable[[str], None]
 Send = Callable[[dict[str, Any]], bool]
+Step = Callable[[Path, str, Callable[[], int], Send, float, int], dict[str, Any] | None]
+"""One round: ``worker.run_file``'s signature and result (a drill may wrap it)."""
 
 
 def clock_ms() -> int:
@@ -288,10 +291,12 @@ def run_courier(
     stop: threading.Event | None = None,
     log: Log = _print,
     rng: Callable[[], float] = random.random,
+    step: Step = worker.run_file,
 ) -> CourierReport:
     """Deliver jobs from the queue file at ``path`` until a limit or ``stop`` says so.
 
-    Each round is one ``worker.run_file(path, owner, clock_ms, send, rng(), lease_ms)``.
+    Each round is one ``worker.run_file(path, owner, clock_ms, send, rng(), lease_ms)``
+    (or ``step`` with the same arguments, for drills that wrap it).
     A result is logged and kept; ``None`` (nothing claimable) and a busy database
     lead to a jittered pause of at most ``IDLE_CAP_MS``. Stops with ``stop_reason``
     ``max-runs``, ``max-seconds``, ``idle``, ``drained`` or ``stopped``.
@@ -317,7 +322,7 @@ def run_courier(
             return report
         report.runs += 1
         try:
-            result = worker.run_file(path, owner, clock_ms, send, rng(), lease_ms)
+            result = step(path, owner, clock_ms, send, rng(), lease_ms)
         except sqlite3.OperationalError as error:
             if not is_busy(error):
                 raise

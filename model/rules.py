@@ -69,9 +69,9 @@ class Ratio(Rule):
     """An exact ``int`` or ``float``, finite, in ``0 .. 1`` (the caller's jitter)."""
 
     def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
-        return (type(value) is int or type(value) is float) and (
-            math.isfinite(value) and 0 <= value <= 1
-        )
+        if type(value) is int:  # compared as an int: a huge one would overflow a float
+            return 0 <= value <= 1
+        return type(value) is float and math.isfinite(value) and 0 <= value <= 1
 
     def __str__(self) -> str:
         return "a finite int or float in 0..1"

@@ -107,7 +107,7 @@ IDENTIFIER_ODDITIES = st.one_of(
     st.text(max_size=3),
 )
 JITTER_ODDITIES = st.one_of(
-    st.sampled_from([-1e-9, 1 + 1e-9, 2, -1]),  # just outside 0..1
+    st.sampled_from([-1e-9, 1 + 1e-9, 2, -1, 10**400]),  # outside 0..1, past float range
     st.sampled_from([0, 1, 0.0, 1.0]),  # its edges, int and float
     st.sampled_from([math.nan, math.inf, -math.inf]),
     WRONG_TYPES,

@@ -1,0 +1,315 @@
+"""The chaos soak, short: a few hundred jobs, real couriers, real kills, one checker.
+
+``python -m bench.soak`` runs as a child process on a temporary directory, with a
+fixed seed, and must exit 0: nothing lost, no effect applied twice, no done job
+without its effect, no ticket finished twice. The test then checks that the chaos
+really happened (kills at random moments, after the receiver's commit and inside
+the fault hooks; pauses that came back stale; receiver faults) so that a quiet run
+cannot pass for a survived one. The rest checks the soak's own parts: its schedule
+is a pure function of the seed, and its checker does fail on a broken run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import worker
+from bench import soak
+from courier.procs import Children
+from courier.receiver import Fault, Inbox, Receiver
+from courier.runner import HttpSend
+
+JOBS = 300
+COURIERS = 4  # one first incarnation per hook point
+SEED = 11
+CHAOS_SECONDS = 35
+RECOVERY_SECONDS = 15
+# The soak stops by itself after both phases and two stop graces at most.
+SOAK_TIMEOUT_S = CHAOS_SECONDS + RECOVERY_SECONDS + 30
+TERM_GRACE_S = 20.0
+
+
+def run_short_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
+    """Run the short soak as a child; return its exit status, report, output and seconds."""
+    report_path = tmp_path / "report.json"
+    log_path = tmp_path / "soak.log"
+    argv = soak.soak_command(
+        "--jobs",
+        JOBS,
+        "--couriers",
+        COURIERS,
+        "--seed",
+        SEED,
+        "--seconds",
+        CHAOS_SECONDS,
+        "--recovery-seconds",
+        RECOVERY_SECONDS,
+        "--workdir",
+        tmp_path / "run",
+        "--json",
+        report_path,
+        "--quiet",
+    )
+    started = time.monotonic()
+    with Children() as children:
+        proc = children.start(argv, log_path)
+        code = wait_or_stop(proc)
+    elapsed = time.monotonic() - started
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
+    return code, report, output, elapsed
+
+
+def wait_or_stop(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the soak; past its bound, SIGTERM it (it cleans up its couriers), then kill."""
+    try:
+        return proc.wait(timeout=SOAK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        Children.kill(proc)
+    pytest.fail(f"the soak did not stop by itself within {SOAK_TIMEOUT_S} s")
+
+
+@pytest.fixture(scope="module")
+def short_soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, float]:
+    """One short soak for every test of this module (it is the expensive part)."""
+    return run_short_soak(tmp_path_factory.mktemp("soak"))
+
+
+def test_the_short_soak_passes_every_check(
+    short_soak: tuple[int, dict[str, Any], str, float],
+) -> None:
+    code, report, output, elapsed = short_soak
+    assert code == 0, output
+    assert report["ok"] and report["failures"] == [], output
+    assert set(report["must_be_zero"].values()) == {0}, output
+    jobs = report["jobs"]
+    assert jobs["enqueued"] == JOBS
+    assert jobs["done"] + jobs["dead_total"] == JOBS
+    assert jobs["lost"] == 0 and jobs["unfinished"] == [] and jobs["missing"] == []
+    assert report["effects"]["effects"] == jobs["done"] + report["effects"]["dead_with_effect"]
+    assert elapsed < SOAK_TIMEOUT_S
+
+
+def test_the_chaos_really_happened(short_soak: tuple[int, dict[str, Any], str, float]) -> None:
+    _, report, output, _ = short_soak
+    chaos = report["chaos"]
+    assert sum(chaos["kills"].values()) > 0, output
+    assert sum(chaos["killed_at_hook"].values()) > 0, output
+    assert chaos["restarts"] > 0
+    assert chaos["pauses"].get("in flight", 0) > 0, output
+    assert chaos["pauses"].get("resumed", 0) > 0, output
+    assert report["fencing"]["stale_finishes_rejected"] > 0, output
+    assert sum(chaos["receiver_faults"].values()) > 0
+    assert report["http"]["deliveries"] > report["http"]["effects"]
+    assert report["jobs"]["intake_retries"] > 0 and report["jobs"]["intake_conflicts"] > 0
+
+
+def test_the_table_names_every_must_be_zero_figure(
+    short_soak: tuple[int, dict[str, Any], str, float],
+) -> None:
+    _, report, output, _ = short_soak
+    table = soak.render_table(report)
+    for name in report["must_be_zero"]:
+        assert name in table
+    assert "stale finishes attempted and rejected" in table
+    assert "OK: every check holds" in output
+
+
+# --- The schedule ----------------------------------------------------------------------
+
+
+def test_the_schedule_is_a_pure_function_of_the_seed() -> None:
+    config = soak.Config(couriers=4, jobs=200, seconds=60, seed=5)
+    assert soak.plan_chaos(config) == soak.plan_chaos(config)
+    assert soak.plan_intake(5, 200) == soak.plan_intake(5, 200)
+    assert soak.plan_chaos(config) != soak.plan_chaos(soak.Config(couriers=4, seconds=60, seed=6))
+    faults = [soak.receiver_fault(5, n, 750) for n in range(1, 500)]
+    assert faults == [soak.receiver_fault(5, n, 750) for n in range(1, 500)]
+    assert {drawn[0] for drawn in faults if drawn is not None} == {
+        kind for kind, _ in soak.RECEIVER_FAULT_SHARES
+    }
+
+
+def test_the_first_round_of_chaos_has_every_kind_and_everything_stays_in_bounds() -> None:
+    config = soak.Config(couriers=3, seconds=30, seed=1)
+    events = soak.plan_chaos(config)
+    first = events[: len(soak.CHAOS_KINDS)]
+    assert [event.kind for event in first] == list(soak.CHAOS_KINDS)
+    assert all(0 < event.at_ms < 30_000 for event in events)
+    assert [event.at_ms for event in events] == sorted(event.at_ms for event in events)
+    pauses = [event for event in events if event.kind in (soak.PAUSE, soak.PAUSE_IN_FLIGHT)]
+    assert all(event.duration_ms > config.lease_ms for event in pauses), (
+        "a pause must outlast a lease"
+    )
+    holds = [event for event in events if event.kind == soak.HOLD_LOCK]
+    assert all(event.duration_ms > soak.BUSY_TIMEOUT_MS for event in holds)
+
+
+def test_first_incarnations_drill_every_hook_point() -> None:
+    drills = [soak.drill_for(3, index, 0) for index in range(4)]
+    assert {(d.operation, d.point) for d in drills if d is not None} == set(soak.HOOK_POINTS)
+
+
+def test_the_intake_plans_new_jobs_retries_and_conflicts() -> None:
+    ops = soak.plan_intake(2, 1000)
+    new = {op.job_id: op.qty for op in ops if op.expect == "new"}
+    assert len(new) == 1000
+    for op in ops:
+        if op.expect == "retry":
+            assert new[op.job_id] == op.qty
+        if op.expect == "conflict":
+            assert new[op.job_id] != op.qty
+    assert {op.expect for op in ops} == {"new", "retry", "conflict"}
+
+
+# --- The checker ---------------------------------------------------------------------
+
+
+def observed(**changes: Any) -> soak.Observed:
+    """A small, healthy run: two jobs done, one effect each, one stale finish."""
+    job = dict.fromkeys(("seq", "attempts", "max_attempts", "available_at", "deadline"), 1)
+    jobs = [
+        {**job, "id": "a", "qty": 2, "status": "done", "token": 1, "reason": None},
+        {**job, "id": "b", "qty": 3, "status": "done", "token": 2, "reason": None},
+    ]
+    events = [
+        {"event": "result", "id": "a", "token": 1, "status": "done"},
+        {"event": "result", "id": "b", "token": 1, "status": "stale"},
+        {"event": "result", "id": "b", "token": 2, "status": "done"},
+    ]
+    record = soak.ProcessRecord("c1", 0, False, None, 0, None, True, events, 0, "")
+    counts = soak.ChaosCounts()
+    counts.pauses.update({"in flight": 1, "resumed": 1})
+    fields: dict[str, Any] = {
+        "config": soak.Config(),
+        "ended": "drained",
+        "timings": {"chaos": 1.0, "recovery": 1.0, "total": 2.0},
+        "jobs": jobs,
+        "audit": [],
+        "effects": [("a", 2), ("b", 3)],
+        "requests": [("POST", "/deliveries", 200)] * 3,
+        "accepted": {"a": 2, "b": 3},
+        "intake_outcomes": {"new": 2},
+        "intake_surprises": [],
+        "intake_busy": 0,
+        "planned_new": 2,
+        "processes": [record],
+        "counts": counts,
+        "receiver_faults": {},
+    }
+    return soak.Observed(**(fields | changes))
+
+
+def test_the_checker_passes_a_healthy_run() -> None:
+    report = soak.check(observed())
+    assert report["ok"], report["failures"]
+    assert report["fencing"]["stale_finishes_rejected"] == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "failure"),
+    [
+        ({"effects": [("a", 2), ("a", 2), ("b", 3)]}, "effects applied twice = 1"),
+        ({"effects": [("a", 2)]}, "done jobs without an inbox effect = 1"),
+        ({"effects": [("a", 2), ("b", 4)]}, "effects not matching an enqueued job = 1"),
+        ({"accepted": {"a": 2, "b": 3, "c": 1}}, "lost = 1"),
+        ({"intake_surprises": ["c: expected new, got retry"]}, "intake surprises = 1"),
+        ({"audit": [("a", 5)]}, "audit tokens above the job's token = 1"),
+    ],
+)
+def test_the_checker_fails_a_broken_run(changes: dict[str, Any], failure: str) -> None:
+    report = soak.check(observed(**changes))
+    assert not report["ok"]
+    assert any(line.startswith(failure) for line in report["failures"]), report["failures"]
+
+
+def test_the_checker_fails_a_ticket_finished_twice_and_a_run_with_pauses_but_no_stale() -> None:
+    twice = [
+        {"event": "result", "id": "a", "token": 1, "status": "done"},
+        {"event": "result", "id": "a", "token": 1, "status": "done"},
+        {"event": "result", "id": "b", "token": 2, "status": "done"},
+    ]
+    record = soak.ProcessRecord("c1", 0, False, None, 0, None, True, twice, 0, "")
+    failures = soak.check(observed(processes=[record]))["failures"]
+    assert any(line.startswith("tickets finished twice = 1") for line in failures)
+    assert any(line.startswith("stale finishes = 0") for line in failures)
+
+
+def test_the_checker_counts_a_crash_and_an_unexplained_kill() -> None:
+    crashed = soak.ProcessRecord("c1", 0, False, None, 1, None, False, [], 0, "Traceback")
+    killed = soak.ProcessRecord("c2", 0, False, None, -signal.SIGKILL, None, False, [], 0, "")
+    base = observed()
+    failures = soak.check(observed(processes=[*base.processes, crashed, killed]))["failures"]
+    assert any(line.startswith("courier crashes = 1") for line in failures)
+    assert any(line.startswith("unexplained kills = 1") for line in failures)
+
+
+# --- The receiver's chaos knobs, as the soak uses them -----------------------------------
+
+
+def test_an_injected_error_status_is_classified_and_changes_nothing(tmp_path: Path) -> None:
+    statuses = iter([503, 422])
+
+    def faults(job_id: str, sender: str | None) -> Fault:
+        return Fault(status=next(statuses))
+
+    with Receiver(tmp_path / "inbox.sqlite", faults=faults) as receiver:
+        send = HttpSend(receiver.url, "c1-p1")
+        with pytest.raises(worker.Retryable, match="503"):
+            send({"id": "a", "qty": 1})
+        with pytest.raises(worker.Permanent, match="422"):
+            send({"id": "a", "qty": 1})
+        summary = receiver.inbox.summary()
+        logged = [(r["status"], r["delivery_id"]) for r in receiver.inbox.requests()]
+    assert (summary["effects"], summary["inbox_rows"]) == (0, 0)
+    assert logged == [(503, "a"), (422, "a")]
+
+
+def test_a_dropped_answer_after_the_commit_is_retryable_and_the_effect_stays(
+    tmp_path: Path,
+) -> None:
+    committed: list[tuple[str, str | None, str]] = []
+    with Receiver(
+        tmp_path / "inbox.sqlite",
+        faults=lambda job_id, sender: Fault(drop=True),
+        on_commit=lambda job_id, sender, verdict: committed.append((job_id, sender, verdict)),
+    ) as receiver:
+        send = HttpSend(receiver.url, "c1-p1")
+        for _ in range(2):
+            with pytest.raises(worker.Retryable):
+                send({"id": "a", "qty": 4})
+        summary = receiver.inbox.summary()
+    assert (summary["effects"], summary["total_qty"]) == (1, 4)
+    assert committed == [("a", "c1-p1", "applied"), ("a", "c1-p1", "duplicate")]
+
+
+def test_on_commit_runs_after_the_commit_and_before_the_answer(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "inbox.sqlite")
+    answers: list[bool] = []
+    seen: list[tuple[int, int]] = []  # (effects committed, answers received) at the call
+
+    def on_commit(job_id: str, sender: str | None, verdict: str) -> None:
+        seen.append((inbox.summary()["effects"], len(answers)))
+
+    with Receiver(inbox.path, on_commit=on_commit) as receiver:
+        answers.append(HttpSend(receiver.url, "c1")({"id": "a", "qty": 1}))
+    assert seen == [(1, 0)] and answers == [True]
+
+
+@pytest.mark.parametrize(
+    ("status", "delay_ms"), [(200, 0), (399, 0), (600, 0), (None, -1), (None, 10**6)]
+)
+def test_a_fault_outside_its_ranges_is_refused(status: int | None, delay_ms: int) -> None:
+    with pytest.raises(ValueError):
+        Fault(status=status, delay_ms=delay_ms)
