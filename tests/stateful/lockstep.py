@@ -15,6 +15,7 @@ read and replay one.
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
 import os
@@ -24,6 +25,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hypothesis import note, settings
@@ -58,14 +60,16 @@ PLACEHOLDER_TICKET: dict[str, Any] = dict.fromkeys(TICKET_FIELDS, 1) | {"id": "a
 # Durations lean on the edges of their ranges and on short values that make
 # leases, deadlines and availability collide with each other.
 TTLS = st.one_of(st.sampled_from([1, 2, 5, 30, 100, 60000]), st.integers(1, 60000))
-LEASES = st.one_of(st.sampled_from([1, 2, 10, 50, 1000]), st.integers(1, 60000))
-BUDGETS = st.integers(1, 4)
+# None means "leave the argument out": the default must behave as documented.
+LEASES = st.one_of(st.none(), st.sampled_from([1, 2, 10, 50, 1000]), st.integers(1, 60000))
+BUDGETS = st.one_of(st.none(), st.integers(1, 4))
+DEFAULT_LEASE_MS = 1000
 HOOK_POINT = st.sampled_from(HOOK_POINTS)
 OUTCOME = st.sampled_from(OUTCOMES)
 # A delay is either a number or an aim relative to the job's deadline.
 DELAYS = st.one_of(
     st.sampled_from(["to_deadline", "before_deadline"]),
-    st.sampled_from([0, 1]),
+    st.sampled_from([None, 0, 1]),
     st.integers(0, 60000),
 )
 BOUNDARIES = ("available_at", "deadline", "lease_until")
@@ -157,7 +161,32 @@ ODD_ARGUMENT = st.one_of(
     [st.tuples(st.just(slot), values) for slot, values in ODD_ARGUMENTS.items()]
 )
 
+
+class BrokenPathLike(os.PathLike[str]):
+    """A PathLike whose ``__fspath__`` gives no path."""
+
+    def __fspath__(self) -> Any:
+        return 5
+
+
+# Values open_queue must refuse with ValueError: no path, or an in-memory database.
+NOT_A_QUEUE_PATH: list[object] = [
+    None,
+    7,
+    b"queue.sqlite",
+    "",
+    ":memory:",
+    Path(":memory:"),
+    "queue\x00.sqlite",
+    BrokenPathLike(),
+]
+
 Result = tuple[Any, ...]
+
+
+def supplied(**arguments: object) -> dict[str, Any]:
+    """The optional arguments that were given (None: left out, so the default applies)."""
+    return {name: value for name, value in arguments.items() if value is not None}
 
 
 def explain(message: str) -> None:
@@ -286,9 +315,9 @@ class QueueLockstep(RuleBasedStateMachine):
                 return dict(zip(JOB_COLUMNS, values, strict=True))
         return None
 
-    def delay_for(self, aim: int | str, ticket: dict[str, Any]) -> int:
-        """A number, or the delay that lands on (or just before) the deadline."""
-        if isinstance(aim, int):
+    def delay_for(self, aim: int | str | None, ticket: dict[str, Any]) -> int | None:
+        """A number, None (the default), or the delay landing on or just before the deadline."""
+        if aim is None or isinstance(aim, int):
             return aim
         row = self.row(ticket["id"])
         deadline = row["deadline"] if row is not None else self.now
@@ -299,32 +328,34 @@ class QueueLockstep(RuleBasedStateMachine):
 
     @rule(job_id=JOB_ID, qty=st.integers(1, 2), ttl_ms=TTLS, max_attempts=BUDGETS)
     @counted
-    def enqueue(self, job_id: str, qty: int, ttl_ms: int, max_attempts: int) -> None:
+    def enqueue(self, job_id: str, qty: int, ttl_ms: int, max_attempts: int | None) -> None:
         event = {"id": job_id, "qty": qty}
+        budget = supplied(max_attempts=max_attempts)
         self.both(
             "enqueue",
-            lambda: worker.enqueue(self.con, event, self.now, ttl_ms, max_attempts),
-            lambda: self.model.enqueue(event, self.now, ttl_ms, max_attempts),
+            lambda: worker.enqueue(self.con, event, self.now, ttl_ms, **budget),
+            lambda: self.model.enqueue(event, self.now, ttl_ms, **budget),
         )
         assert event == {"id": job_id, "qty": qty}, "enqueue mutated its event"
 
     @rule(target=tickets, owner=OWNER, lease_ms=LEASES)
     @counted
-    def claim(self, owner: str, lease_ms: int) -> Any:
+    def claim(self, owner: str, lease_ms: int | None) -> Any:
         return self.claim_with_hooks(owner, lease_ms, fail_at=None)
 
     @rule(target=tickets, owner=OWNER, lease_ms=LEASES, fail_at=HOOK_POINT)
     @counted
-    def claim_with_fault(self, owner: str, lease_ms: int, fail_at: str) -> Any:
+    def claim_with_fault(self, owner: str, lease_ms: int | None, fail_at: str) -> Any:
         return self.claim_with_hooks(owner, lease_ms, fail_at)
 
-    def claim_with_hooks(self, owner: str, lease_ms: int, fail_at: str | None) -> Any:
+    def claim_with_hooks(self, owner: str, lease_ms: int | None, fail_at: str | None) -> Any:
         """Claim on both sides; keep the ticket in the bundle if one was issued."""
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        lease = supplied(lease_ms=lease_ms)
         result = self.both(
             "claim",
-            lambda: worker.claim(self.con, owner, self.now, lease_ms, real_fault),
-            lambda: self.model.claim(owner, self.now, lease_ms, spec_fault),
+            lambda: worker.claim(self.con, owner, self.now, fault=real_fault, **lease),
+            lambda: self.model.claim(owner, self.now, fault=spec_fault, **lease),
         )
         self.same_hooks("claim", real_fault, spec_fault)
         if result[0] != "returned" or result[1] is None:
@@ -354,15 +385,23 @@ class QueueLockstep(RuleBasedStateMachine):
         self.finish_with_hooks(forged(ticket, field), outcome, 0, None)
 
     def finish_with_hooks(
-        self, presented: dict[str, Any], outcome: str, delay_ms: int, fail_at: str | None
+        self, presented: dict[str, Any], outcome: str, delay_ms: int | None, fail_at: str | None
     ) -> None:
         explain(f"finish: presenting {presented} at now={self.now} with delay_ms={delay_ms}")
         real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
         snapshot = dict(presented)
+        delay = supplied(delay_ms=delay_ms)
         self.both(
             "finish",
-            lambda: worker.finish(self.con, presented, outcome, self.now, delay_ms, real_fault),
-            lambda: self.model.finish(presented, outcome, self.now, delay_ms, spec_fault),
+            lambda: worker.finish(
+                self.con,
+                presented,
+                outcome,
+                self.now,
+                fault=real_fault,
+                **delay,
+            ),
+            lambda: self.model.finish(presented, outcome, self.now, fault=spec_fault, **delay),
         )
         self.same_hooks("finish", real_fault, spec_fault)
         assert presented == snapshot, "finish mutated its ticket"
@@ -411,7 +450,7 @@ class QueueLockstep(RuleBasedStateMachine):
     @rule(owner=OWNER, send=SEND, later=LATER, jitter=JITTERS, lease_ms=LEASES)
     @counted
     def run_once(
-        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int
+        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int | None
     ) -> None:
         """One courier round on the borrowed connection."""
         self.run_courier("run_once", owner, send, later, jitter, lease_ms)
@@ -419,16 +458,23 @@ class QueueLockstep(RuleBasedStateMachine):
     @rule(owner=OWNER, send=SEND, later=LATER, jitter=JITTERS, lease_ms=LEASES)
     @counted
     def run_file(
-        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int
+        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int | None
     ) -> None:
         """One courier round through run_file: its own connection to the same file."""
         self.run_courier("run_file", owner, send, later, jitter, lease_ms)
 
     def run_courier(
-        self, verb: str, owner: str, send: str, later: int | str, jitter: float, lease_ms: int
+        self,
+        verb: str,
+        owner: str,
+        send: str,
+        later: int | str,
+        jitter: float,
+        lease_ms: int | None,
     ) -> None:
         """Run worker's ``verb`` and the model's run_once with the same clock and send script."""
-        readings = [self.now, self.second_reading(later, lease_ms)]
+        readings = [self.now, self.second_reading(later, lease_ms or DEFAULT_LEASE_MS)]
+        lease = supplied(lease_ms=lease_ms)
         explain(f"{verb}: clock readings {readings}")
         real_clock, spec_clock = ScriptedClock(readings), ScriptedClock(readings)
         real_sends: list[dict[str, Any]] = []
@@ -441,8 +487,8 @@ class QueueLockstep(RuleBasedStateMachine):
             real = partial(worker.run_once, self.con)
         self.both(
             verb,
-            lambda: real(owner, real_clock, real_send, jitter, lease_ms),
-            lambda: self.model.run_once(owner, spec_clock, spec_send, jitter, lease_ms),
+            lambda: real(owner, real_clock, real_send, jitter, **lease),
+            lambda: self.model.run_once(owner, spec_clock, spec_send, jitter, **lease),
         )
         assert real_sends == spec_sends, f"sends differ: {real_sends} vs {spec_sends}"
         assert real_clock.calls == spec_clock.calls, "clock read a different number of times"
@@ -541,12 +587,40 @@ class QueueLockstep(RuleBasedStateMachine):
         }
         return calls[function]
 
-    @rule()
+    @rule(as_pathlike=st.booleans())
     @counted
-    def reopen(self) -> None:
-        """Close the connection and open the same file again: nothing is lost."""
+    def reopen(self, as_pathlike: bool) -> None:
+        """Close the connection and open the same file again (str or PathLike): nothing is lost."""
         self.con.close()
-        self.con = worker.open_queue(self.path)
+        self.con = worker.open_queue(Path(self.path) if as_pathlike else self.path)
+
+    @rule(path=st.sampled_from(NOT_A_QUEUE_PATH))
+    @counted
+    def open_queue_odd_path(self, path: object) -> None:
+        """A value that names no file (or no path at all) is a ValueError; nothing is created."""
+        before = sorted(os.listdir(self.folder))
+        result = outcome_of(lambda: worker.open_queue(path))  # type: ignore[arg-type]
+        if result[0] == "returned":
+            result[1].close()
+        assert result == ("raised", "ValueError", "path"), f"open_queue({path!r}) -> {result}"
+        assert sorted(os.listdir(self.folder)) == before
+
+    @rule(where=st.sampled_from(["missing", "folder", "", ":memory:"]), jitter=JITTERS)
+    @counted
+    def run_file_without_a_queue(self, where: str, jitter: float) -> None:
+        """run_file on anything but an existing regular file: FileNotFoundError, no file made."""
+        path = {"missing": os.path.join(self.folder, "missing.sqlite"), "folder": self.folder}
+        name = path.get(where, where)
+        clock = ScriptedClock([self.now, self.now])
+        before = sorted(os.listdir(self.folder))
+        try:
+            worker.run_file(name, "c1", clock, self.scripted_send("ack", [], lambda: None), jitter)
+        except FileNotFoundError as error:
+            assert (error.errno, error.filename) == (errno.ENOENT, name)
+        else:
+            raise AssertionError(f"run_file({name!r}) did not raise FileNotFoundError")
+        assert clock.calls == 0
+        assert sorted(os.listdir(self.folder)) == before
 
     # --- invariants ------------------------------------------------------------
 
