@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shutil
+import sqlite3
 import tempfile
 from collections import Counter
 from collections.abc import Callable
@@ -283,6 +284,7 @@ class QueueLockstep(RuleBasedStateMachine):
         self.folder = tempfile.mkdtemp(prefix="lockstep-", dir=SCRATCH)
         self.path = os.path.join(self.folder, "queue.sqlite")
         self.con = worker.open_queue(self.path)
+        assert_configured(self.con)
         self.elsewhere = worker.open_queue(self.path)  # another worker's connection
         self.model = model.QueueModel()
         self.now = 0
@@ -593,6 +595,7 @@ class QueueLockstep(RuleBasedStateMachine):
         """Close the connection and open the same file again (str or PathLike): nothing is lost."""
         self.con.close()
         self.con = worker.open_queue(Path(self.path) if as_pathlike else self.path)
+        assert_configured(self.con)
 
     @rule(path=st.sampled_from(NOT_A_QUEUE_PATH))
     @counted
@@ -679,6 +682,17 @@ class QueueLockstep(RuleBasedStateMachine):
                 assert row == self.finished[job_id], f"done job {job_id} changed: {row}"
             elif row[3] == "done":
                 self.finished[job_id] = row
+
+
+def assert_configured(con: sqlite3.Connection) -> None:
+    """open_queue's settings: autocommit, 1 s busy timeout, DELETE journal, FULL sync."""
+    settings_now = (
+        con.isolation_level,
+        con.execute("PRAGMA busy_timeout").fetchone()[0],
+        con.execute("PRAGMA journal_mode").fetchone()[0],
+        con.execute("PRAGMA synchronous").fetchone()[0],
+    )
+    assert settings_now == (None, 1000, "delete", 2), f"connection settings: {settings_now}"
 
 
 def forged(ticket: dict[str, Any], field: str) -> dict[str, Any]:
