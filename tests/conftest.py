@@ -37,7 +37,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "mutation",
-    max_examples=300,
+    max_examples=500,
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # a kill needs no shrinking
     deadline=None,
