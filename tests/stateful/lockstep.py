@@ -242,14 +242,21 @@ def subject_of(message: str) -> str:
 
 
 class FaultAt:
-    """A fault hook that records every point and raises at ``fail_at``."""
+    """A fault hook that records every point, with the rows it sees there, and
+    raises at ``fail_at``.
 
-    def __init__(self, fail_at: str | None) -> None:
+    ``look`` reads the rows as the hook sees them: inside the transaction before
+    COMMIT, so both sides must have made the same changes, in the same order, by
+    the time each hook fires (for example the audit row before the redrive).
+    """
+
+    def __init__(self, fail_at: str | None, look: Callable[[], Any]) -> None:
         self.fail_at = fail_at
-        self.points: list[str] = []
+        self.look = look
+        self.points: list[tuple[str, Any]] = []
 
     def __call__(self, point: str) -> None:
-        self.points.append(point)
+        self.points.append((point, self.look()))
         if point == self.fail_at:
             raise InjectedFault(point)
 
@@ -318,10 +325,20 @@ class QueueLockstep(RuleBasedStateMachine):
         assert got == expected, f"{verb}: worker.py gave {got!r} but the model {expected!r}"
         return got
 
+    def fault_hooks(self, fail_at: str | None) -> tuple[FaultAt, FaultAt]:
+        """A hook for each side, failing at the same point, each seeing its own rows."""
+        return FaultAt(fail_at, lambda: read_rows(self.con)), FaultAt(fail_at, self.model.rows)
+
     def same_hooks(self, verb: str, real: FaultAt, spec: FaultAt) -> None:
-        assert real.points == spec.points, (
-            f"{verb}: worker.py called hooks {real.points} but the model {spec.points}"
+        real_points = [point for point, _ in real.points]
+        spec_points = [point for point, _ in spec.points]
+        assert real_points == spec_points, (
+            f"{verb}: worker.py called hooks {real_points} but the model {spec_points}"
         )
+        for (point, real_rows), (_, spec_rows) in zip(real.points, spec.points, strict=True):
+            if real_rows != spec_rows:
+                explain(f"at {point}: worker.py rows {real_rows}; model rows {spec_rows}")
+            assert real_rows == spec_rows, f"{verb}: the rows differ at {point}"
 
     def row(self, job_id: str) -> dict[str, Any] | None:
         for values in self.model.rows()["jobs"]:
@@ -372,7 +389,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
     def claim_with_hooks(self, owner: str, lease_ms: int | None, fail_at: str | None) -> Any:
         """Claim on both sides; keep the ticket in the bundle if one was issued."""
-        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        real_fault, spec_fault = self.fault_hooks(fail_at)
         lease = supplied(lease_ms=lease_ms)
         result = self.both(
             "claim",
@@ -421,7 +438,7 @@ class QueueLockstep(RuleBasedStateMachine):
         self, presented: dict[str, Any], outcome: str, delay_ms: int | None, fail_at: str | None
     ) -> None:
         explain(f"finish: presenting {presented} at now={self.now} with delay_ms={delay_ms}")
-        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        real_fault, spec_fault = self.fault_hooks(fail_at)
         snapshot = dict(presented)
         delay = supplied(delay_ms=delay_ms)
         self.both(
@@ -472,7 +489,7 @@ class QueueLockstep(RuleBasedStateMachine):
     def redrive_with_hooks(
         self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None
     ) -> None:
-        real_fault, spec_fault = FaultAt(fail_at), FaultAt(fail_at)
+        real_fault, spec_fault = self.fault_hooks(fail_at)
         self.both(
             "redrive",
             lambda: worker.redrive(self.con, job_id, self.now, ttl_ms, note_text, real_fault),
