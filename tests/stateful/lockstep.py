@@ -158,9 +158,17 @@ ODD_ARGUMENTS = {
     "run_once.send": st.sampled_from([None, True, "http://127.0.0.1/deliveries"]),
 }
 # One argument: (slot, value), e.g. ('retry_delay.jitter', 2).
-ODD_ARGUMENT = st.one_of(
-    [st.tuples(st.just(slot), values) for slot, values in ODD_ARGUMENTS.items()]
-)
+
+
+def odd_argument_of(function: str) -> st.SearchStrategy[tuple[str, object]]:
+    """One odd argument of ``function``: (slot, value), e.g. ('finish.outcome', 'OK')."""
+    return st.one_of(
+        [
+            st.tuples(st.just(slot), values)
+            for slot, values in ODD_ARGUMENTS.items()
+            if slot.partition(".")[0] == function
+        ]
+    )
 
 
 class BrokenPathLike(os.PathLike[str]):
@@ -607,8 +615,37 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: model.retry_delay(attempt, base_ms, cap_ms, jitter),  # type: ignore[arg-type]
         )
 
-    @rule(odd=ODD_ARGUMENT)
+    # One rule per function, so that each function's validation is exercised often.
+    @rule(odd=odd_argument_of("enqueue"))
     @counted
+    def enqueue_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
+    @rule(odd=odd_argument_of("claim"))
+    @counted
+    def claim_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
+    @rule(odd=odd_argument_of("finish"))
+    @counted
+    def finish_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
+    @rule(odd=odd_argument_of("redrive"))
+    @counted
+    def redrive_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
+    @rule(odd=odd_argument_of("retry_delay"))
+    @counted
+    def retry_delay_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
+    @rule(odd=odd_argument_of("run_once"))
+    @counted
+    def run_once_odd(self, odd: tuple[str, object]) -> None:
+        self.call_with_odd_argument(odd)
+
     def call_with_odd_argument(self, odd: tuple[str, object]) -> None:
         """Replace one argument of a valid call by an odd value; both sides must agree."""
         slot, value = odd
