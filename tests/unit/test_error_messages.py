@@ -81,8 +81,8 @@ def messages(con: sqlite3.Connection) -> list[tuple[Callable[[], object], str]]:
             "'cap_ms' must be an int in 100..60000 (got 99 that is a 'int')",
         ),
         (
-            lambda: worker.run_once(con, "c1", None, RecordingSend(), 1),  # type: ignore[arg-type]
-            "'clock' must be a callable (got None that is a 'NoneType')",
+            lambda: worker.run_once(con, "c1", 10, RecordingSend(), 1),  # type: ignore[arg-type]
+            "'clock' must be a callable (got 10 that is a 'int')",
         ),
         (
             lambda: worker.claim("queue.sqlite", "c1", 0),  # type: ignore[arg-type]
