@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 MAX_TIME_MS: Final = 10**15 - 60000
 MAX_TOKEN: Final = 10**15
@@ -35,6 +35,10 @@ class Rule:
         """Whether ``value`` is well formed (``arguments`` are the call's other arguments)."""
         raise NotImplementedError
 
+    def describe(self, arguments: Mapping[str, object]) -> str:
+        """The rule in words, as an error message says it for this call."""
+        return str(self)
+
 
 @dataclass(frozen=True)
 class Int(Rule):
@@ -49,6 +53,10 @@ class Int(Rule):
 
     def __str__(self) -> str:
         return f"an int in {self.lo}..{self.hi}"
+
+    def describe(self, arguments: Mapping[str, object]) -> str:
+        lo = arguments[self.lo] if isinstance(self.lo, str) else self.lo
+        return f"an int in {lo}..{self.hi}"
 
 
 @dataclass(frozen=True)
@@ -105,21 +113,23 @@ class Function(Rule):
 
 @dataclass(frozen=True)
 class Record(Rule):
-    """An exact ``dict`` with exactly the keys of ``fields``, each value following its rule."""
+    """An exact ``dict`` with exactly the keys of ``fields``, each value following its
+    rule; the fields are checked in the order declared."""
 
     fields: Mapping[str, Rule]
 
+    def has_shape(self, value: object) -> bool:
+        """An exact ``dict`` with exactly the declared keys (values not looked at)."""
+        return type(value) is dict and value.keys() == self.fields.keys()
+
     def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
-        return (
-            type(value) is dict
-            and value.keys() == self.fields.keys()
-            and all(rule.accepts(value[key], value) for key, rule in self.fields.items())
-        )
+        if not self.has_shape(value):
+            return False
+        record = cast(dict[str, object], value)
+        return all(rule.accepts(record[key], record) for key, rule in self.fields.items())
 
     def __str__(self) -> str:
-        return "a dict with exactly " + ", ".join(
-            f"{key!r}: {rule}" for key, rule in self.fields.items()
-        )
+        return f"a dict with exactly the keys {sorted(self.fields)}"
 
 
 IDENTIFIER: Final = Identifier()
@@ -142,8 +152,8 @@ ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
     "ticket": Record(
         {
             "id": IDENTIFIER,
-            "qty": QTY,
             "owner": IDENTIFIER,
+            "qty": QTY,
             "token": Int(1, MAX_TOKEN),
             "attempt": ATTEMPTS,
             "lease_until": Int(1, MAX_LEASE_UNTIL),
@@ -168,15 +178,32 @@ ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
 
 
 def check_arguments(**arguments: object) -> None:
-    """Check each argument against ``ARGUMENT_RULES``, in the order given.
+    """Check each argument against ``ARGUMENT_RULES``, in the order given; a
+    dict argument's shape first, then each field as ``name['field']``.
 
     Raises:
         ValueError: the first malformed argument, named, with what was expected
-            and what came.
+            and what came: ``'name' must be <rule> (got <repr> that is a '<type>')``.
     """
     for name, value in arguments.items():
         rule = ARGUMENT_RULES[name]
-        if not rule.accepts(value, arguments):
-            raise ValueError(
-                f"{name!r} must be {rule} (got {value!r} that is a {type(value).__name__!r})"
-            )
+        if isinstance(rule, Record):
+            _check_record(name, rule, value)
+        elif not rule.accepts(value, arguments):
+            raise malformed(name, rule.describe(arguments), value)
+
+
+def _check_record(name: str, rule: Record, value: object) -> None:
+    if not rule.has_shape(value):
+        raise malformed(name, str(rule), value)
+    record = cast(dict[str, object], value)
+    for key, field in rule.fields.items():
+        if not field.accepts(record[key], record):
+            raise malformed(f"{name}[{key!r}]", field.describe(record), record[key])
+
+
+def malformed(name: str, expected: str, value: object) -> ValueError:
+    """The error for a malformed argument, in the words every operation uses."""
+    return ValueError(
+        f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__!r})"
+    )

@@ -187,7 +187,8 @@ def test_a_malformed_argument_raises_value_error_and_changes_nothing(
     queue, method, arguments = CALLS[operation]()
     arguments[argument] = value
     before, given = queue.rows(), copy.deepcopy(arguments)
-    with pytest.raises(ValueError, match=repr(argument)):
+    # The message names the argument, or the field of a dict argument: 'event['id']'.
+    with pytest.raises(ValueError, match=rf"^'{argument}(\[|')"):
         method(queue, **arguments)
     assert queue.rows() == before
     for name, kept in arguments.items():
@@ -253,7 +254,8 @@ def test_a_ticket_at_the_edge_of_its_ranges_is_well_formed_but_stale(
 def test_retry_delay_rejects_a_malformed_argument(argument: str, value: object) -> None:
     arguments: dict[str, Any] = {"attempt": 1, "base_ms": 100, "cap_ms": 1000, "jitter": 0.5}
     arguments[argument] = value
-    with pytest.raises(ValueError, match=repr(argument)):
+    # The message names the argument, or the field of a dict argument: 'event['id']'.
+    with pytest.raises(ValueError, match=rf"^'{argument}(\[|')"):
         retry_delay(**arguments)
 
 
