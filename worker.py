@@ -43,8 +43,11 @@ __all__ = [
     "Permanent",
     "Retryable",
     "claim",
+    "claim_many",
     "enqueue",
+    "enqueue_many",
     "finish",
+    "finish_many",
     "open_queue",
     "redrive",
     "retry_delay",
@@ -81,9 +84,11 @@ MAX_LEASE_UNTIL = 10**15
 MAX_QTY = 1000
 MAX_ATTEMPTS = 16
 MAX_DURATION_MS = 60000  # ttl_ms, lease_ms, delay_ms, base_ms and cap_ms
+MAX_BATCH = 1000  # items in one enqueue_many / finish_many, claim_many's limit
 
 EVENT_KEYS = frozenset({"id", "qty"})
 TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
+RESULT_KEYS = frozenset({"ticket", "outcome", "delay_ms"})
 OUTCOMES = ("ok", "retry", "permanent")
 
 RETRY_BASE_MS = 100
@@ -105,6 +110,27 @@ SCHEMA = (
   id TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL, note TEXT NOT NULL)""",
 )
 
+# Partial indexes over the live rows (pending, leased) only, so that claim costs
+# the same with a million rows of done/dead history as with none. Each serves
+# one statement below; a file without them still works, only slower.
+INDEXES = (
+    # _SELECT_CLAIMABLE: the head of the queue, pending rows in seq order.
+    """CREATE INDEX IF NOT EXISTS jobs_pending_by_seq
+  ON jobs(seq, available_at) WHERE status = 'pending'""",
+    # _SELECT_CLAIMABLE: due pending rows, when none is due at the head.
+    """CREATE INDEX IF NOT EXISTS jobs_pending_by_available_at
+  ON jobs(available_at) WHERE status = 'pending'""",
+    # _SELECT_CLAIMABLE: expired leases.
+    """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
+  ON jobs(lease_until) WHERE status = 'leased'""",
+    # _QUARANTINE_DEADLINE.
+    """CREATE INDEX IF NOT EXISTS jobs_live_by_deadline
+  ON jobs(deadline) WHERE status IN ('pending', 'leased')""",
+    # _QUARANTINE_EXHAUSTED: live rows whose budget is spent (few: last attempts).
+    """CREATE INDEX IF NOT EXISTS jobs_live_spent
+  ON jobs(lease_until) WHERE status IN ('pending', 'leased') AND attempts >= max_attempts""",
+)
+
 _SELECT_QTY = "SELECT qty FROM jobs WHERE id = ?"
 
 _INSERT_JOB = """INSERT INTO jobs
@@ -112,19 +138,33 @@ _INSERT_JOB = """INSERT INTO jobs
    owner, lease_until, reason)
   VALUES (?, ?, 'pending', 0, ?, 0, ?, ?, NULL, NULL, NULL)"""
 
-# Claimable rows are "pending and due" or "leased with an expired lease"; the
-# quarantine looks at every pending row (due or not) and every expired lease.
-_QUARANTINE = """UPDATE jobs
-  SET status = 'dead',
-      reason = CASE WHEN deadline <= :now THEN 'deadline' ELSE 'exhausted' END,
-      owner = NULL, lease_until = NULL
-  WHERE (status = 'pending' OR (status = 'leased' AND lease_until <= :now))
-    AND (deadline <= :now OR attempts >= max_attempts)"""
+# The quarantine looks at every pending row (due or not) and every expired lease.
+# A passed deadline wins over a spent budget: the deadline statement runs first,
+# and the exhausted one only sees what is still live.
+_QUARANTINE_DEADLINE = """UPDATE jobs
+  SET status = 'dead', reason = 'deadline', owner = NULL, lease_until = NULL
+  WHERE status IN ('pending', 'leased') AND deadline <= :now
+    AND (status = 'pending' OR lease_until <= :now)"""
 
-_SELECT_CLAIMABLE = """SELECT seq, id, qty, attempts, token, deadline FROM jobs
-  WHERE (status = 'pending' AND available_at <= :now)
-     OR (status = 'leased' AND lease_until <= :now)
-  ORDER BY seq LIMIT 1"""
+_QUARANTINE_EXHAUSTED = """UPDATE jobs
+  SET status = 'dead', reason = 'exhausted', owner = NULL, lease_until = NULL
+  WHERE status IN ('pending', 'leased') AND attempts >= max_attempts
+    AND (status = 'pending' OR lease_until <= :now)"""
+
+# Claimable rows are "pending and due" or "leased with an expired lease"; the
+# lowest seq wins. The first due row among the oldest 64 pending ones is the
+# lowest due pending row; only when none of those is due are all due rows
+# searched by time. ``+seq`` keeps the planner on the time indexes.
+_SELECT_CLAIMABLE = """WITH head AS (
+    SELECT seq, available_at FROM jobs WHERE status = 'pending' ORDER BY seq LIMIT 64),
+  candidates(seq) AS (
+    SELECT coalesce(
+      (SELECT min(seq) FROM head WHERE available_at <= :now),
+      (SELECT min(+seq) FROM jobs WHERE status = 'pending' AND available_at <= :now))
+    UNION ALL
+    SELECT min(+seq) FROM jobs WHERE status = 'leased' AND lease_until <= :now)
+  SELECT seq, id, qty, attempts, token, deadline FROM jobs
+  WHERE seq = (SELECT min(seq) FROM candidates)"""
 
 _LEASE = """UPDATE jobs
   SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
@@ -184,6 +224,50 @@ def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any
     if type(value) is not dict or value.keys() != keys:
         raise _reject(name, f"a dict with exactly the keys {sorted(keys)}", value)
     return value
+
+
+def _exact_list(name: str, value: object) -> list[Any]:
+    """Return ``value`` if it is an exact ``list`` of 0 to ``MAX_BATCH`` items."""
+    if type(value) is not list or len(value) > MAX_BATCH:
+        raise _reject(name, f"a list of 0..{MAX_BATCH} items", value)
+    return value
+
+
+def _event(name: str, value: object) -> tuple[str, int]:
+    """Return ``(id, qty)`` of ``value`` if it is an event as ``enqueue`` takes it."""
+    event = _exact_dict(name, value, EVENT_KEYS)
+    return _identifier(f"{name}['id']", event["id"]), _exact_int(
+        f"{name}['qty']", event["qty"], 1, MAX_QTY
+    )
+
+
+def _ticket(name: str, value: object) -> dict[str, Any]:
+    """Return ``value`` if it is a well-formed ticket as ``claim`` returns it."""
+    ticket = _exact_dict(name, value, frozenset(TICKET_KEYS))
+    _identifier(f"{name}['id']", ticket["id"])
+    _identifier(f"{name}['owner']", ticket["owner"])
+    _exact_int(f"{name}['qty']", ticket["qty"], 1, MAX_QTY)
+    _exact_int(f"{name}['token']", ticket["token"], 1, MAX_TOKEN)
+    _exact_int(f"{name}['attempt']", ticket["attempt"], 1, MAX_ATTEMPTS)
+    _exact_int(f"{name}['lease_until']", ticket["lease_until"], 1, MAX_LEASE_UNTIL)
+    return ticket
+
+
+def _outcome(name: str, value: object) -> str:
+    """Return ``value`` if it is one of ``OUTCOMES``."""
+    if type(value) is not str or value not in OUTCOMES:
+        raise _reject(name, f"one of {OUTCOMES}", value)
+    return value
+
+
+def _result(name: str, value: object) -> tuple[dict[str, Any], str, int]:
+    """Return ``(ticket, outcome, delay_ms)`` of an item of ``finish_many``."""
+    result = _exact_dict(name, value, RESULT_KEYS)
+    return (
+        _ticket(f"{name}['ticket']", result["ticket"]),
+        _outcome(f"{name}['outcome']", result["outcome"]),
+        _exact_int(f"{name}['delay_ms']", result["delay_ms"], 0, MAX_DURATION_MS),
+    )
 
 
 def _jitter(value: object) -> float:
@@ -328,7 +412,7 @@ def open_queue(path: str | os.PathLike[str]) -> sqlite3.Connection:
         con.execute("PRAGMA journal_mode=DELETE").fetchall()
         con.execute("PRAGMA synchronous=FULL")
         with _write_transaction(con):
-            for statement in SCHEMA:
+            for statement in SCHEMA + INDEXES:
                 con.execute(statement)
     except BaseException:
         con.close()
@@ -357,20 +441,57 @@ def enqueue(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    event = _exact_dict("event", event, EVENT_KEYS)
-    job_id = _identifier("event['id']", event["id"])
-    qty = _exact_int("event['qty']", event["qty"], 1, MAX_QTY)
+    job_id, qty = _event("event", event)
     now_ms = _now_ms("now_ms", now_ms)
     ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
     max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
     with _write_transaction(con):
-        existing = _row(con, _SELECT_QTY, (job_id,))
-        if existing is None:
-            con.execute(_INSERT_JOB, (job_id, qty, max_attempts, now_ms, now_ms + ttl_ms))
-            return True
-        if existing[0] == qty:
-            return False
-        raise Conflict(f"job {job_id!r} exists with qty {existing[0]}, not {qty}")
+        return _intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts)
+
+
+def enqueue_many(
+    con: sqlite3.Connection,
+    events: list[dict[str, Any]],
+    now_ms: int,
+    ttl_ms: int,
+    max_attempts: int = 3,
+) -> list[bool | Conflict]:
+    """``enqueue`` each event of the list, in order, in one transaction.
+
+    Returns one result per event: ``True`` (new job), ``False`` (intake retry,
+    also of an id earlier in the same batch) or the ``Conflict`` that
+    ``enqueue`` would raise, returned, not raised: that event writes nothing
+    and the others still apply. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument or event; nothing was changed.
+    """
+    con = _idle_connection(con)
+    jobs = [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))]
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    results: list[bool | Conflict] = []
+    with _write_transaction(con):
+        for job_id, qty in jobs:
+            try:
+                results.append(_intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts))
+            except Conflict as conflict:
+                results.append(conflict)
+    return results
+
+
+def _intake(
+    con: sqlite3.Connection, job_id: str, qty: int, now_ms: int, deadline: int, max_attempts: int
+) -> bool:
+    """Insert a new pending job, or recognise an intake retry (inside a transaction)."""
+    existing = _row(con, _SELECT_QTY, (job_id,))
+    if existing is None:
+        con.execute(_INSERT_JOB, (job_id, qty, max_attempts, now_ms, deadline))
+        return True
+    if existing[0] == qty:
+        return False
+    raise Conflict(f"job {job_id!r} exists with qty {existing[0]}, not {qty}")
 
 
 # --- 4. claim ------------------------------------------------------------------
@@ -405,21 +526,77 @@ def claim(
     lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
     fault = _optional_hook(fault)
     with _write_transaction(con, fault) as hooks:
-        con.execute(_QUARANTINE, {"now": now_ms})
-        job = _row(con, _SELECT_CLAIMABLE, {"now": now_ms})
-        if job is None:
+        _quarantine(con, now_ms)
+        ticket = _lease_next(con, owner, now_ms, lease_ms)
+        if ticket is None:
             return None
-        seq, job_id, qty, attempts, token, deadline = job
-        ticket = {
-            "id": job_id,
-            "qty": qty,
-            "owner": owner,
-            "token": token + 1,
-            "attempt": attempts + 1,
-            "lease_until": min(now_ms + lease_ms, deadline),
-        }
-        con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
         hooks.reached("after-claim")
+    return ticket
+
+
+def claim_many(
+    con: sqlite3.Connection,
+    owner: str,
+    now_ms: int,
+    limit: int,
+    lease_ms: int = 1000,
+    fault: Fault | None = None,
+) -> list[dict[str, Any]]:
+    """Lease up to ``limit`` (1-1000) jobs to ``owner`` in one transaction.
+
+    The same as ``claim`` called ``limit`` times at ``now_ms``, stopping at the
+    first ``None``: the quarantine runs once, then the lowest-seq claimable
+    jobs are leased one by one. Returns the tickets in claim order; an empty
+    list when nothing was claimable (the quarantine is still committed, no
+    hook is called). Hooks: ``after-claim`` once after the last lease, then
+    ``after-commit``. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    owner = _identifier("owner", owner)
+    now_ms = _now_ms("now_ms", now_ms)
+    limit = _exact_int("limit", limit, 1, MAX_BATCH)
+    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    tickets: list[dict[str, Any]] = []
+    with _write_transaction(con, fault) as hooks:
+        _quarantine(con, now_ms)
+        while len(tickets) < limit:
+            ticket = _lease_next(con, owner, now_ms, lease_ms)
+            if ticket is None:
+                break
+            tickets.append(ticket)
+        if tickets:
+            hooks.reached("after-claim")
+    return tickets
+
+
+def _quarantine(con: sqlite3.Connection, now_ms: int) -> None:
+    """Step 1 of a claim: move every pending or expired-leased job whose deadline
+    passed (``deadline``) or whose budget is spent (``exhausted``) to dead."""
+    con.execute(_QUARANTINE_DEADLINE, {"now": now_ms})
+    con.execute(_QUARANTINE_EXHAUSTED, {"now": now_ms})
+
+
+def _lease_next(
+    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int
+) -> dict[str, Any] | None:
+    """Steps 2-3 of a claim: lease the lowest-seq claimable job; its ticket or ``None``."""
+    job = _row(con, _SELECT_CLAIMABLE, {"now": now_ms})
+    if job is None:
+        return None
+    seq, job_id, qty, attempts, token, deadline = job
+    ticket = {
+        "id": job_id,
+        "qty": qty,
+        "owner": owner,
+        "token": token + 1,
+        "attempt": attempts + 1,
+        "lease_until": min(now_ms + lease_ms, deadline),
+    }
+    con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
     return ticket
 
 
@@ -439,18 +616,6 @@ def _settlement(
     if now_ms + delay_ms >= deadline:
         return "dead", "deadline", now_ms
     return "pending", "retry", now_ms + delay_ms
-
-
-def _ticket(value: object) -> dict[str, Any]:
-    """Return ``value`` if it is a well-formed ticket as ``claim`` returns it."""
-    ticket = _exact_dict("ticket", value, frozenset(TICKET_KEYS))
-    _identifier("ticket['id']", ticket["id"])
-    _identifier("ticket['owner']", ticket["owner"])
-    _exact_int("ticket['qty']", ticket["qty"], 1, MAX_QTY)
-    _exact_int("ticket['token']", ticket["token"], 1, MAX_TOKEN)
-    _exact_int("ticket['attempt']", ticket["attempt"], 1, MAX_ATTEMPTS)
-    _exact_int("ticket['lease_until']", ticket["lease_until"], 1, MAX_LEASE_UNTIL)
-    return ticket
 
 
 def finish(
@@ -478,35 +643,77 @@ def finish(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    ticket = _ticket(ticket)
-    if type(outcome) is not str or outcome not in OUTCOMES:
-        raise _reject("outcome", f"one of {OUTCOMES}", outcome)
+    ticket = _ticket("ticket", ticket)
+    outcome = _outcome("outcome", outcome)
     now_ms = _now_ms("now_ms", now_ms)
     delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
     fault = _optional_hook(fault)
     with _write_transaction(con, fault) as hooks:
-        live = _row(
-            con,
-            _SELECT_LIVE_LEASE,
-            (
-                ticket["id"],
-                ticket["qty"],
-                ticket["owner"],
-                ticket["token"],
-                ticket["attempt"],
-                ticket["lease_until"],
-                now_ms,
-                now_ms,
-            ),
-        )
-        if live is None:
+        status = _settle(con, ticket, outcome, now_ms, delay_ms)
+        if status is None:
             return False
-        seq, attempts, max_attempts, deadline = live
-        status, reason, available_at = _settlement(
-            outcome, attempts, max_attempts, now_ms, delay_ms, deadline
-        )
-        con.execute(_SETTLE, (status, reason, available_at, seq))
         hooks.reached("after-finish")
+    return status
+
+
+def finish_many(
+    con: sqlite3.Connection,
+    results: list[dict[str, Any]],
+    now_ms: int,
+    fault: Fault | None = None,
+) -> list[str | bool]:
+    """``finish`` each ``{"ticket", "outcome", "delay_ms"}`` of the list, in order,
+    at ``now_ms``, in one transaction.
+
+    Returns one result per item: the new status, or ``False`` for a ticket that
+    is not live (also one finished earlier in the same batch). Hooks:
+    ``after-finish`` once after the last update, then ``after-commit``, only if
+    some item changed a job. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument or item; nothing was changed.
+    """
+    con = _idle_connection(con)
+    settlements = [
+        _result(f"results[{i}]", result) for i, result in enumerate(_exact_list("results", results))
+    ]
+    now_ms = _now_ms("now_ms", now_ms)
+    fault = _optional_hook(fault)
+    statuses: list[str | bool] = []
+    with _write_transaction(con, fault) as hooks:
+        for ticket, outcome, delay_ms in settlements:
+            status = _settle(con, ticket, outcome, now_ms, delay_ms)
+            statuses.append(False if status is None else status)
+        if any(statuses):
+            hooks.reached("after-finish")
+    return statuses
+
+
+def _settle(
+    con: sqlite3.Connection, ticket: dict[str, Any], outcome: str, now_ms: int, delay_ms: int
+) -> str | None:
+    """Apply ``outcome`` to the job if ``ticket`` is live; the new status or ``None``."""
+    live = _row(
+        con,
+        _SELECT_LIVE_LEASE,
+        (
+            ticket["id"],
+            ticket["qty"],
+            ticket["owner"],
+            ticket["token"],
+            ticket["attempt"],
+            ticket["lease_until"],
+            now_ms,
+            now_ms,
+        ),
+    )
+    if live is None:
+        return None
+    seq, attempts, max_attempts, deadline = live
+    status, reason, available_at = _settlement(
+        outcome, attempts, max_attempts, now_ms, delay_ms, deadline
+    )
+    con.execute(_SETTLE, (status, reason, available_at, seq))
     return status
 
 
