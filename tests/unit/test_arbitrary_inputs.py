@@ -277,6 +277,50 @@ def tickets(live: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+class ListSubclass(list):  # type: ignore[type-arg]
+    """A list that is not an exact list: a batch rejects it."""
+
+
+def batches(items: st.SearchStrategy[Any]) -> st.SearchStrategy[list[Any]]:
+    """A well-formed batch: up to four items."""
+    return st.lists(items, max_size=4)
+
+
+def spoiled_batch(
+    items: st.SearchStrategy[Any], bad_item: st.SearchStrategy[object]
+) -> st.SearchStrategy[object]:
+    """A batch gone wrong: one bad item somewhere, not a list, a list subclass, too long."""
+    return st.one_of(
+        st.tuples(batches(items), bad_item, st.integers(0, 4)).map(
+            lambda t: [*t[0][: t[2]], t[1], *t[0][t[2] :]]
+        ),
+        batches(items).map(tuple),
+        batches(items).map(ListSubclass),
+        items.map(lambda item: [item] * 1001),
+    )
+
+
+def results(live: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """An item of finish_many: a ticket, an outcome and a delay, each well formed."""
+    return st.fixed_dictionaries(
+        {
+            "ticket": tickets(live),
+            "outcome": st.sampled_from(worker.OUTCOMES),
+            "delay_ms": st.integers(0, 60_000),
+        }
+    )
+
+
+def spoiled_result(live: dict[str, Any]) -> st.SearchStrategy[object]:
+    """An item of finish_many gone wrong, as a whole or in its ticket."""
+    return st.one_of(
+        results(live).flatmap(spoiled),
+        st.tuples(results(live), tickets(live).flatmap(spoiled)).map(
+            lambda t: {**t[0], "ticket": t[1]}
+        ),
+    )
+
+
 def clocks() -> st.SearchStrategy[object]:
     """A scripted clock: a first reading, then a later, an earlier or an odd one."""
     first = st.one_of(st.sampled_from([T0 + LEASE_MS, T0, T0 + 60_000]), JUNK)
@@ -324,6 +368,9 @@ def well_formed(name: str, queue: Queue) -> st.SearchStrategy[object]:
         "attempt": st.integers(1, 16),
         "base_ms": DURATIONS,
         "cap_ms": DURATIONS,
+        "events": batches(EVENTS),
+        "limit": st.one_of(st.sampled_from([1, 2, 1000]), st.integers(1, 1000)),
+        "results": batches(results(queue.live_ticket)),
     }[name]
 
 
@@ -339,6 +386,11 @@ def junk_for(name: str, queue: Queue) -> st.SearchStrategy[object]:
         return st.one_of(JUNK, EVENTS.flatmap(spoiled))
     if name == "ticket":
         return st.one_of(JUNK, tickets(queue.live_ticket).flatmap(spoiled))
+    if name == "events":
+        return st.one_of(JUNK, spoiled_batch(EVENTS, st.one_of(JUNK, EVENTS.flatmap(spoiled))))
+    if name == "results":
+        live = queue.live_ticket
+        return st.one_of(JUNK, spoiled_batch(results(live), st.one_of(JUNK, spoiled_result(live))))
     return JUNK
 
 
@@ -353,6 +405,9 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "redrive": ("con", "job_id", "now_ms", "ttl_ms", "note", "fault"),
     "run_once": ("con", "owner", "clock", "send", "jitter", "lease_ms"),
     "run_file": ("path", "owner", "clock", "send", "jitter", "lease_ms"),
+    "enqueue_many": ("con", "events", "now_ms", "ttl_ms", "max_attempts"),
+    "claim_many": ("con", "owner", "now_ms", "limit", "lease_ms", "fault"),
+    "finish_many": ("con", "results", "now_ms", "fault"),
 }
 
 
