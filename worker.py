@@ -24,6 +24,11 @@ executable specification is the ``model`` package. The rules this module keeps:
    does not close the gap between an external effect and its completion record:
    a crash in between means a re-send, which the receiver deduplicates by
    (id, qty).
+7. Beyond the contract, ``enqueue_many``, ``claim_many`` and ``finish_many``
+   are the single calls applied in order inside one transaction (one commit
+   for a whole batch; ``docs/batches.md``). Partial indexes over the live rows
+   (``INDEXES``, created by ``open_queue``) keep a claim's cost flat however
+   long the done/dead history grows.
 """
 
 from __future__ import annotations
