@@ -10,9 +10,12 @@ time is always an argument.
 - ``model.job``: ``Job``, one row of the jobs table, whose methods are the
   guards and effects the tables name; the ``transitions`` machine built from
   the tables;
-- ``model.rules``: every argument rule, as data;
+- ``model.rules``: every argument rule, as data (the batches' lists and their
+  items included);
 - ``model.queue``: ``QueueModel``, with ``worker.py``'s operations, results and
-  exceptions, and ``retry_delay``;
+  exceptions, and ``retry_delay``; the batch operations of ``docs/batches.md``
+  (``enqueue_many``, ``claim_many``, ``finish_many``) are the single operations
+  one after another in one write;
 - ``model.diagram``: renders ``docs/state-machine.md`` from all of the above
   (``python -m model.diagram``, ``--check`` to verify).
 """
@@ -28,7 +31,7 @@ from model.lifecycle import (
     TRANSITIONS,
 )
 from model.queue import QueueModel, Rows, retry_delay
-from model.rules import ARGUMENT_RULES, check_arguments
+from model.rules import ARGUMENT_RULES, MAX_BATCH, check_arguments
 from worker import BadAck, Conflict, Permanent, Retryable
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "CLAIM_TRIGGERS",
     "EFFECTS",
     "FINISH_TRIGGERS",
+    "MAX_BATCH",
     "QUARANTINE_TRIGGERS",
     "REDRIVE_TRIGGERS",
     "STATES",

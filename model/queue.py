@@ -20,6 +20,11 @@ and compare every result and every ``rows()``. The rules it keeps:
 5. Row numbers are what SQLite's AUTOINCREMENT gives committed inserts: 1, 2,
    3, ... A rolled-back insert uses no number (its ``sqlite_sequence`` update
    rolls back too), so ``seq`` is always the row's position plus one.
+6. A batch (``enqueue_many``, ``claim_many``, ``finish_many``; see
+   ``docs/batches.md``) is the single calls one after another at the same
+   ``now_ms``, inside one write: the whole batch is checked first, each item
+   is then applied by the very code the single call uses, and the hooks fire
+   once for the whole batch, only if something changed.
 """
 
 from __future__ import annotations
@@ -128,6 +133,39 @@ class QueueModel:
             ValueError: a malformed argument; nothing changed.
         """
         check_arguments(event=event, now_ms=now_ms, ttl_ms=ttl_ms, max_attempts=max_attempts)
+        return self._admit(event, now_ms, ttl_ms, max_attempts)
+
+    def enqueue_many(
+        self, events: list[dict[str, Any]], now_ms: int, ttl_ms: int, max_attempts: int = 3
+    ) -> list[bool | Conflict]:
+        """``enqueue`` each event in list order, in one write; one result per event.
+
+        ``True`` for a new job, ``False`` for an intake retry (of a job from
+        before the batch or from earlier in it), and for a conflicting qty the
+        ``Conflict`` that ``enqueue`` would raise, returned instead: nothing is
+        written for that event and the others still apply. No hooks; an empty
+        list returns ``[]``.
+
+        Raises:
+            ValueError: a malformed argument, the events checked one by one
+                (``events[3]['qty']``); nothing changed.
+        """
+        check_arguments(events=events, now_ms=now_ms, ttl_ms=ttl_ms, max_attempts=max_attempts)
+        results: list[bool | Conflict] = []
+        with self._write_transaction(fault=None):
+            for event in events:
+                try:
+                    results.append(self._admit(event, now_ms, ttl_ms, max_attempts))
+                except Conflict as conflict:
+                    results.append(conflict)
+        return results
+
+    def _admit(self, event: dict[str, Any], now_ms: int, ttl_ms: int, max_attempts: int) -> bool:
+        """``enqueue`` after its checks: insert a new job, or recognise an intake retry.
+
+        Raises:
+            Conflict: the id exists with another qty; nothing changed.
+        """
         job_id, qty = event["id"], event["qty"]
         existing = self._jobs.get(job_id)
         if existing is None:
@@ -167,6 +205,42 @@ class QueueModel:
                 return None
             hooks.reached("after-claim")
             return job.ticket()
+
+    def claim_many(
+        self,
+        owner: str,
+        now_ms: int,
+        limit: int,
+        lease_ms: int = 1000,
+        fault: Fault | None = None,
+    ) -> list[dict[str, Any]]:
+        """``claim`` up to ``limit`` times at ``now_ms`` in one write; stop at the first ``None``.
+
+        The quarantine runs once (a second one at the same ``now_ms`` would
+        find nothing more: every lease just taken ends after ``now_ms``), then
+        the lowest-seq claimable job is leased, again and again. Returns the
+        tickets in claim order; ``[]`` when nothing was claimable, the
+        quarantine kept all the same.
+
+        Hooks, only if a ticket was issued: ``after-claim`` once after the
+        last lease, then ``after-commit`` once.
+
+        Raises:
+            ValueError: a malformed argument; nothing changed.
+        """
+        check_arguments(owner=owner, now_ms=now_ms, limit=limit, lease_ms=lease_ms, fault=fault)
+        call = Call(now_ms=now_ms, owner=owner, lease_ms=lease_ms)
+        tickets: list[dict[str, Any]] = []
+        with self._write_transaction(fault) as hooks:
+            self._quarantine(call)
+            while len(tickets) < limit:
+                job = self._lease_first_claimable(call)
+                if job is None:
+                    break
+                tickets.append(job.ticket())
+            if tickets:
+                hooks.reached("after-claim")
+        return tickets
 
     def _quarantine(self, call: Call) -> None:
         """Move to ``dead`` every pending job and expired lease that can no longer succeed."""
@@ -209,13 +283,52 @@ class QueueModel:
         check_arguments(
             ticket=ticket, outcome=outcome, now_ms=now_ms, delay_ms=delay_ms, fault=fault
         )
-        call = Call(now_ms=now_ms, ticket=dict(ticket), delay_ms=delay_ms)
-        job = self._jobs.get(ticket["id"])
         with self._write_transaction(fault) as hooks:
-            if job is None or fire_first(job, FINISH_TRIGGERS[outcome], call) is None:
+            status = self._settle(ticket, outcome, now_ms, delay_ms)
+            if status is False:
                 return False
             hooks.reached("after-finish")
-            return job.state
+            return status
+
+    def finish_many(
+        self, results: list[dict[str, Any]], now_ms: int, fault: Fault | None = None
+    ) -> list[str | bool]:
+        """``finish`` each item ``{ticket, outcome, delay_ms}`` in list order, in one write.
+
+        One result per item: the new status, or ``False`` for a ticket that is
+        not live, including one already finished earlier in the same batch.
+
+        Hooks, only if an item changed a job: ``after-finish`` once after the
+        last update, then ``after-commit`` once.
+
+        Raises:
+            ValueError: a malformed argument, the results checked one by one
+                (``results[3]['ticket']['token']``); nothing changed.
+        """
+        check_arguments(results=results, now_ms=now_ms, fault=fault)
+        statuses: list[str | bool] = []
+        with self._write_transaction(fault) as hooks:
+            for result in results:
+                statuses.append(
+                    self._settle(result["ticket"], result["outcome"], now_ms, result["delay_ms"])
+                )
+            if any(status is not False for status in statuses):
+                hooks.reached("after-finish")
+        return statuses
+
+    def _settle(
+        self, ticket: dict[str, Any], outcome: str, now_ms: int, delay_ms: int
+    ) -> str | bool:
+        """``finish`` after its checks: the new status, or ``False`` for a ticket not live.
+
+        The first of ``FINISH_TRIGGERS[outcome]`` whose guards hold fires; if
+        none does, nothing changed.
+        """
+        call = Call(now_ms=now_ms, ticket=dict(ticket), delay_ms=delay_ms)
+        job = self._jobs.get(ticket["id"])
+        if job is None or fire_first(job, FINISH_TRIGGERS[outcome], call) is None:
+            return False
+        return job.state
 
     # --- 6. redrive ----------------------------------------------------------
 
@@ -326,8 +439,12 @@ class QueueModel:
         return [job.row() for job in self._jobs.values()], len(self._redrives)
 
     def _restore(self, saved: tuple[list[JobRow], int]) -> None:
-        """Undo a write: jobs never come or go inside one, audit rows only get appended."""
+        """Undo a write: jobs and audit rows only get appended inside one, so drop
+        the new ones (their seq numbers come back) and put back every old row."""
         rows, audit_count = saved
+        for job in list(self._jobs.values())[len(rows) :]:
+            self._lifecycle.remove_model(job)
+            del self._jobs[job.id]
         for job, row in zip(self._jobs.values(), rows, strict=True):
             job.restore(row)
         del self._redrives[audit_count:]

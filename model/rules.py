@@ -11,6 +11,10 @@ Stated here independently of ``worker.py``, straight from ``docs/spec/CONTRACT.m
 4. A dict argument has exactly the required keys, no more and no fewer.
 5. A malformed argument raises ``ValueError`` (never ``TypeError``) before
    anything changes; ``check_arguments`` checks in the order it is given.
+6. A batch (``docs/batches.md``) is an exact ``list`` of 0 to ``MAX_BATCH``
+   items, checked item by item, each item fully before the next; an item or
+   field is named by its place: ``events[3]['id']``,
+   ``results[3]['ticket']['token']``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ MAX_TIME_MS: Final = 10**15 - 60000
 MAX_TOKEN: Final = 10**15
 MAX_LEASE_UNTIL: Final = 10**15
 MAX_DURATION_MS: Final = 60000
+MAX_BATCH: Final = 1000
 OUTCOMES: Final = ("ok", "retry", "permanent")
 
 
@@ -132,15 +137,50 @@ class Record(Rule):
         return f"a dict with exactly the keys {sorted(self.fields)}"
 
 
+@dataclass(frozen=True)
+class Batch(Rule):
+    """An exact ``list`` of 0 to ``MAX_BATCH`` items, each following ``item``;
+    checked item by item, each fully before the next."""
+
+    item: Rule
+
+    def has_shape(self, value: object) -> bool:
+        """An exact ``list`` (not a tuple, not a subclass) of 0 to ``MAX_BATCH`` items."""
+        return type(value) is list and len(value) <= MAX_BATCH
+
+    def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
+        if not self.has_shape(value):
+            return False
+        items = cast(list[object], value)
+        return all(self.item.accepts(item, arguments) for item in items)
+
+    def __str__(self) -> str:
+        return f"a list of 0..{MAX_BATCH} items"
+
+
 IDENTIFIER: Final = Identifier()
 TIME: Final = Int(0, MAX_TIME_MS)
 DURATION: Final = Int(1, MAX_DURATION_MS)
 QTY: Final = Int(1, 1000)
 ATTEMPTS: Final = Int(1, 16)
 
+EVENT: Final = Record({"id": IDENTIFIER, "qty": QTY})
+TICKET: Final = Record(
+    {
+        "id": IDENTIFIER,
+        "owner": IDENTIFIER,
+        "qty": QTY,
+        "token": Int(1, MAX_TOKEN),
+        "attempt": ATTEMPTS,
+        "lease_until": Int(1, MAX_LEASE_UNTIL),
+    }
+)
+OUTCOME: Final = OneOf(OUTCOMES)
+DELAY: Final = Int(0, MAX_DURATION_MS)
+
 ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
     # enqueue
-    "event": Record({"id": IDENTIFIER, "qty": QTY}),
+    "event": EVENT,
     "now_ms": TIME,
     "ttl_ms": DURATION,
     "max_attempts": ATTEMPTS,
@@ -149,18 +189,9 @@ ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
     "lease_ms": DURATION,
     "fault": Function(optional=True),
     # finish
-    "ticket": Record(
-        {
-            "id": IDENTIFIER,
-            "owner": IDENTIFIER,
-            "qty": QTY,
-            "token": Int(1, MAX_TOKEN),
-            "attempt": ATTEMPTS,
-            "lease_until": Int(1, MAX_LEASE_UNTIL),
-        }
-    ),
-    "outcome": OneOf(OUTCOMES),
-    "delay_ms": Int(0, MAX_DURATION_MS),
+    "ticket": TICKET,
+    "outcome": OUTCOME,
+    "delay_ms": DELAY,
     # redrive
     "job_id": IDENTIFIER,
     "note": IDENTIFIER,
@@ -173,33 +204,44 @@ ARGUMENT_RULES: Final[Mapping[str, Rule]] = {
     "attempt": ATTEMPTS,
     "base_ms": DURATION,
     "cap_ms": Int("base_ms", MAX_DURATION_MS),
+    # the batches (docs/batches.md): each item as the single call takes it
+    "events": Batch(EVENT),  # enqueue_many
+    "limit": Int(1, MAX_BATCH),  # claim_many
+    "results": Batch(  # finish_many: finish's ticket, outcome and delay_ms, in that order
+        Record({"ticket": TICKET, "outcome": OUTCOME, "delay_ms": DELAY})
+    ),
 }
 """Argument name -> the rule every queue operation applies to an argument of that name."""
 
 
 def check_arguments(**arguments: object) -> None:
     """Check each argument against ``ARGUMENT_RULES``, in the order given; a
-    dict argument's shape first, then each field as ``name['field']``.
+    dict argument's shape first, then each field as ``name['field']``; a batch's
+    shape first, then each item fully as ``name[index]``, before the next.
 
     Raises:
         ValueError: the first malformed argument, named, with what was expected
             and what came: ``'name' must be <rule> (got <repr> that is a '<type>')``.
     """
     for name, value in arguments.items():
-        rule = ARGUMENT_RULES[name]
-        if isinstance(rule, Record):
-            _check_record(name, rule, value)
-        elif not rule.accepts(value, arguments):
-            raise malformed(name, rule.describe(arguments), value)
+        _check(name, ARGUMENT_RULES[name], value, arguments)
 
 
-def _check_record(name: str, rule: Record, value: object) -> None:
-    if not rule.has_shape(value):
-        raise malformed(name, str(rule), value)
-    record = cast(dict[str, object], value)
-    for key, field in rule.fields.items():
-        if not field.accepts(record[key], record):
-            raise malformed(f"{name}[{key!r}]", field.describe(record), record[key])
+def _check(name: str, rule: Rule, value: object, arguments: Mapping[str, object]) -> None:
+    """Check ``value`` against ``rule``; a record or batch part by part, each part named."""
+    if isinstance(rule, Record):
+        if not rule.has_shape(value):
+            raise malformed(name, str(rule), value)
+        record = cast(dict[str, object], value)
+        for key, field in rule.fields.items():
+            _check(f"{name}[{key!r}]", field, record[key], record)
+    elif isinstance(rule, Batch):
+        if not rule.has_shape(value):
+            raise malformed(name, str(rule), value)
+        for index, item in enumerate(cast(list[object], value)):
+            _check(f"{name}[{index}]", rule.item, item, arguments)
+    elif not rule.accepts(value, arguments):
+        raise malformed(name, rule.describe(arguments), value)
 
 
 def malformed(name: str, expected: str, value: object) -> ValueError:

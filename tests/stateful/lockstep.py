@@ -3,10 +3,12 @@
 Each rule is one API verb. It calls ``worker.py`` on a real SQLite file and the
 ``QueueModel`` with the same arguments and asserts that both return the same
 value (or raise the same exception type) and call the same fault hooks in the
-same order. After every step the invariants compare every row of both tables
-and check the queue's promises that hold whatever the model says: no open
-transaction, tokens never go down, at most one live ticket per job, and a
-``done`` job never changes again.
+same order. The batch operations of ``docs/batches.md`` (``enqueue_many``,
+``claim_many``, ``finish_many``) have their rules too, drawn from the same ids,
+owners, leases, tickets and delays as the single calls. After every step the
+invariants compare every row of both tables and check the queue's promises that
+hold whatever the model says: no open transaction, tokens never go down, at
+most one live ticket per job, and a ``done`` job never changes again.
 
 When a step disagrees, hypothesis shrinks the run to a short program of rule
 calls (``tickets_0 = state.claim(...)``); ``docs/debugging.md`` shows how to
@@ -16,6 +18,7 @@ read and replay one.
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import functools
 import math
@@ -25,10 +28,10 @@ import shutil
 import sqlite3
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from hypothesis import event, note, settings
 from hypothesis import strategies as st
@@ -45,7 +48,7 @@ from hypothesis.stateful import (
 
 import model
 import worker
-from tests.support import JOB_COLUMNS, IntSubclass, StrSubclass, read_rows
+from tests.support import JOB_COLUMNS, DictSubclass, IntSubclass, StrSubclass, read_rows
 
 # A file on tmpfs is still a real SQLite file, but its fsyncs cost nothing: the
 # lockstep machine measures logic, not the disk (the benchmarks measure the disk).
@@ -76,6 +79,16 @@ DELAYS = st.one_of(
     st.sampled_from([0, 1]),
     st.integers(0, 60000),
 )
+# A finish_many item must say its delay_ms: the same aims and numbers, without the default.
+ITEM_DELAYS = st.one_of(
+    st.sampled_from(["to_deadline", "before_deadline"]),
+    st.sampled_from([0, 1]),
+    st.integers(0, 60000),
+)
+# Batches: up to six events or items, so that ids and tickets repeat inside one batch.
+MAX_BATCH_ITEMS = 6
+EVENTS = st.lists(st.tuples(JOB_ID, st.integers(1, 2)), max_size=MAX_BATCH_ITEMS)
+LIMITS = st.integers(1, 5)
 BOUNDARIES = ("available_at", "deadline", "lease_until")
 # The second clock reading of run_once: an offset in ms, or an aim.
 LATER = st.one_of(
@@ -125,6 +138,45 @@ DICT_ODDITIES: st.SearchStrategy[object] = st.sampled_from(
     [None, [], {}, {"id": "a"}, {"qty": 1}, {"id": "a", "qty": 1, "extra": 0}, "a"]
 )
 TIME_ODDITIES = ints_around(0, MAX_NOW)
+
+
+class Reshape(NamedTuple):
+    """An odd value made from the valid one it replaces: ``Reshape('tuple')`` turns the
+    valid list into a tuple of the same items (see ``reshaped``)."""
+
+    how: str
+
+
+class ListSubclass(list):  # type: ignore[type-arg]
+    """A list that is not an exact list: a batch must be an exact list."""
+
+
+# A batch is an exact list of 0..1000 items: its valid items in a tuple or a list
+# subclass, or cycled to 1001 items (a rare draw); empty and 1000 items are its edges.
+LIST_ODDITIES: st.SearchStrategy[object] = st.one_of(
+    st.sampled_from(
+        [
+            Reshape("tuple"),
+            Reshape("list subclass"),
+            Reshape("1001 items"),
+            Reshape("1000 items"),
+            Reshape("empty"),
+        ]
+    ),
+    st.sampled_from([None, {}, "a", 3]),
+)
+ITEM_ODDITIES = st.one_of(DICT_ODDITIES, st.just(Reshape("dict subclass")))
+RESULT_ODDITIES = st.one_of(
+    ITEM_ODDITIES,
+    st.sampled_from(
+        [
+            {"ticket": PLACEHOLDER_TICKET, "outcome": "ok"},
+            {"ticket": PLACEHOLDER_TICKET, "outcome": "ok", "delay_ms": 0, "status": "done"},
+            {"ticket": PLACEHOLDER_TICKET, "outcome": "ok", "delay_ms": 0},  # well formed
+        ]
+    ),
+)
+OUTCOME_ODDITIES = st.sampled_from(["ok", "retry", "permanent", "OK", "done", "", None])
 ODD_ARGUMENTS = {
     "enqueue.event": DICT_ODDITIES,
     "enqueue.event.id": IDENTIFIER_ODDITIES,
@@ -143,7 +195,7 @@ ODD_ARGUMENTS = {
     "finish.ticket.token": ints_around(1, 10**15),
     "finish.ticket.attempt": ints_around(1, 16),
     "finish.ticket.lease_until": ints_around(1, 10**15),
-    "finish.outcome": st.sampled_from(["ok", "retry", "permanent", "OK", "done", "", None]),
+    "finish.outcome": OUTCOME_ODDITIES,
     "finish.now_ms": TIME_ODDITIES,
     "finish.delay_ms": ints_around(0, 60000),
     "redrive.job_id": IDENTIFIER_ODDITIES,
@@ -159,19 +211,104 @@ ODD_ARGUMENTS = {
     "run_once.lease_ms": ints_around(1, 60000),
     "run_once.clock": st.sampled_from([None, 1, "clock"]),
     "run_once.send": st.sampled_from([None, True, "http://127.0.0.1/deliveries"]),
+    # The batches: '*' is the place of one item in the valid batch of VALID_BATCH_SIZE.
+    # The parts of an item are listed in the order they are checked.
+    "enqueue_many.events": LIST_ODDITIES,
+    "enqueue_many.events.*": ITEM_ODDITIES,
+    "enqueue_many.events.*.id": IDENTIFIER_ODDITIES,
+    "enqueue_many.events.*.qty": ints_around(1, 1000),
+    "enqueue_many.now_ms": TIME_ODDITIES,
+    "enqueue_many.ttl_ms": ints_around(1, 60000),
+    "enqueue_many.max_attempts": ints_around(1, 16),
+    "claim_many.owner": IDENTIFIER_ODDITIES,
+    "claim_many.now_ms": TIME_ODDITIES,
+    "claim_many.limit": ints_around(1, 1000),  # 0, 1001, True and False among them
+    "claim_many.lease_ms": ints_around(1, 60000),
+    "claim_many.fault": st.sampled_from(["after-claim", 1, True, None]),
+    "finish_many.results": LIST_ODDITIES,
+    "finish_many.results.*": RESULT_ODDITIES,
+    "finish_many.results.*.ticket": ITEM_ODDITIES,
+    "finish_many.results.*.ticket.id": IDENTIFIER_ODDITIES,
+    "finish_many.results.*.ticket.owner": IDENTIFIER_ODDITIES,
+    "finish_many.results.*.ticket.qty": ints_around(1, 1000),
+    "finish_many.results.*.ticket.token": ints_around(1, 10**15),
+    "finish_many.results.*.ticket.attempt": ints_around(1, 16),
+    "finish_many.results.*.ticket.lease_until": ints_around(1, 10**15),
+    "finish_many.results.*.outcome": OUTCOME_ODDITIES,
+    "finish_many.results.*.delay_ms": ints_around(0, 60000),
+    "finish_many.now_ms": TIME_ODDITIES,
+    "finish_many.fault": st.sampled_from(["after-finish", 1, True, None]),
 }
-# One argument: (slot, value), e.g. ('retry_delay.jitter', 2).
+# One argument: (slot, value), e.g. ('retry_delay.jitter', 2) or ('enqueue_many.events.2.qty', 0).
+VALID_BATCH_SIZE = 3
 
 
 def odd_argument_of(function: str) -> st.SearchStrategy[tuple[str, object]]:
     """One odd argument of ``function``: (slot, value), e.g. ('finish.outcome', 'OK')."""
     return st.one_of(
         [
-            st.tuples(st.just(slot), values)
+            st.tuples(slot_of_one_item(slot), values)
             for slot, values in ODD_ARGUMENTS.items()
             if slot.partition(".")[0] == function
         ]
     )
+
+
+def slot_of_one_item(slot: str) -> st.SearchStrategy[str]:
+    """The slot, with its '*' (if any) the place of one item: 'events.*.id' -> 'events.2.id'."""
+    if "*" not in slot:
+        return st.just(slot)
+    return st.sampled_from([slot.replace("*", str(index)) for index in range(VALID_BATCH_SIZE)])
+
+
+def odd_arguments_of(function: str) -> st.SearchStrategy[Sequence[tuple[str, object]]]:
+    """One or two odd arguments (in two different slots) of a batch ``function``; the
+    message must name the first in the order of the checks: signature order, a list
+    item by item, each item fully (its shape, then its fields in order).
+
+    Two odd parts next to each other in that order are drawn on purpose, in one item
+    or in two neighbouring items: they pin the order of the checks inside a list.
+    """
+    anywhere = st.lists(
+        odd_argument_of(function), min_size=1, max_size=2, unique_by=lambda odd: odd[0]
+    )
+    # The parts of one item, in the order they are checked (ODD_ARGUMENTS lists them so).
+    order = [slot for slot in ODD_ARGUMENTS if slot.partition(".")[0] == function and "*" in slot]
+    if not order:
+        return anywhere
+    places = range(VALID_BATCH_SIZE)
+    next_in_one_item = st.tuples(st.integers(0, len(order) - 2), st.sampled_from(places)).flatmap(
+        lambda chosen: odd_parts((order[chosen[0]], chosen[1]), (order[chosen[0] + 1], chosen[1]))
+    )
+    # A later part of one item and an earlier part of the next: the item's own part is
+    # named first only if each item is checked fully before the next.
+    in_two_neighbouring_items = st.tuples(
+        st.lists(st.integers(0, len(order) - 1), min_size=2, max_size=2, unique=True),
+        st.sampled_from(places[:-1]),
+    ).flatmap(
+        lambda chosen: odd_parts(
+            (order[max(chosen[0])], chosen[1]), (order[min(chosen[0])], chosen[1] + 1)
+        )
+    )
+    return st.one_of(anywhere, next_in_one_item, in_two_neighbouring_items)
+
+
+def odd_parts(
+    first: tuple[str, int], second: tuple[str, int]
+) -> st.SearchStrategy[tuple[tuple[str, object], tuple[str, object]]]:
+    """An odd value for each of two item slots, each at its place: ('results.*.outcome', 1)
+    draws ('results.1.outcome', <an odd outcome>)."""
+    return st.tuples(
+        *(
+            st.tuples(st.just(slot.replace("*", str(place))), ODD_ARGUMENTS[slot])
+            for slot, place in (first, second)
+        )
+    )
+
+
+def generic(slot: str) -> str:
+    """A slot without its item's place: 'finish_many.results.2.outcome' -> '...results.*...'."""
+    return re.sub(r"\.\d+(?=\.|$)", ".*", slot)
 
 
 class BrokenPathLike(os.PathLike[str]):
@@ -221,15 +358,34 @@ class SendCrash(Exception):
 EXPECTED_ERRORS = (ValueError, worker.Conflict, worker.BadAck, InjectedFault, SendCrash)
 
 
+class Caught(NamedTuple):
+    """An exception returned in a list (``enqueue_many``'s ``Conflict``), as compared:
+    exceptions are not equal by value, so by their type and whole message."""
+
+    type: str
+    message: str
+
+
+def comparable(value: Any) -> Any:
+    """``value``, with each exception of a returned list as a ``Caught``."""
+    if type(value) is list:
+        return [
+            Caught(type(item).__name__, str(item)) if isinstance(item, BaseException) else item
+            for item in value
+        ]
+    return value
+
+
 def outcome_of(call: Callable[[], Any]) -> Result:
     """``("returned", value)`` or ``("raised", exception type name[, message])``.
 
     A ``ValueError``, ``Conflict`` or ``BadAck`` carries its whole message: both
     sides must reject the same argument (or job) in the same words, the words an
     operator reads (``'owner' must be a str of ... (got '' that is a 'str')``).
+    A ``Conflict`` returned in a list is compared the same way (``comparable``).
     """
     try:
-        return ("returned", call())
+        return ("returned", comparable(call()))
     except ValueError as error:
         return ("raised", type(error).__name__, str(error))
     except (worker.Conflict, worker.BadAck) as error:
@@ -243,6 +399,10 @@ def summary_of(result: Result) -> str:
     if result[0] == "raised":
         return str(result[1])
     value = result[1]
+    if isinstance(value, list):  # a batch: which results it had, e.g. "[Conflict, False, True]"
+        return "[" + ", ".join(sorted({summary_of(("returned", item)) for item in value})) + "]"
+    if isinstance(value, Caught):
+        return value.type
     if isinstance(value, dict):
         return str(value.get("status", "ticket"))
     return repr(value) if value is None or isinstance(value, bool | str) else type(value).__name__
@@ -328,14 +488,28 @@ class QueueLockstep(RuleBasedStateMachine):
 
     # --- helpers ---------------------------------------------------------------
 
-    def both(self, verb: str, real: Callable[[], Any], spec: Callable[[], Any]) -> Result:
-        """Run one call on each side; both must return or raise the same."""
+    def both(
+        self,
+        verb: str,
+        real: Callable[[], Any],
+        spec: Callable[[], Any],
+        label: str | None = None,
+    ) -> Result:
+        """Run one call on each side; both must return or raise the same.
+
+        ``label`` names the call in the statistics (the ``verb`` by default).
+        """
         got, expected = outcome_of(real), outcome_of(spec)
         explain(f"{verb}: worker.py -> {got!r}; model -> {expected!r}")
-        with contextlib.suppress(InvalidArgument):  # outside hypothesis: no statistics
-            event(f"{verb} -> {summary_of(expected)}")
+        self.count(f"{label or verb} -> {summary_of(expected)}")
         assert got == expected, f"{verb}: worker.py gave {got!r} but the model {expected!r}"
         return got
+
+    @staticmethod
+    def count(label: str) -> None:
+        """Count ``label`` for ``--hypothesis-show-statistics`` (nothing outside hypothesis)."""
+        with contextlib.suppress(InvalidArgument):
+            event(label)
 
     def fault_hooks(self, fail_at: str | None) -> tuple[FaultAt, FaultAt]:
         """A hook for each side, failing at the same point, each seeing its own rows."""
@@ -411,7 +585,10 @@ class QueueLockstep(RuleBasedStateMachine):
         self.same_hooks("claim", real_fault, spec_fault)
         if result[0] != "returned" or result[1] is None:
             return multiple()
-        ticket = result[1]
+        return self.keep_issued(result[1])
+
+    def keep_issued(self, ticket: dict[str, Any]) -> dict[str, Any]:
+        """Remember a new ticket; its token must be above every earlier one of its job."""
         earlier = [t["token"] for t in self.issued if t["id"] == ticket["id"]]
         assert all(ticket["token"] > token for token in earlier), "a fencing token was reused"
         self.issued.append(dict(ticket))
@@ -467,6 +644,114 @@ class QueueLockstep(RuleBasedStateMachine):
         )
         self.same_hooks("finish", real_fault, spec_fault)
         assert presented == snapshot, "finish mutated its ticket"
+
+    # --- rules: the batches (docs/batches.md) -----------------------------------
+
+    @rule(events=EVENTS, ttl_ms=TTLS, max_attempts=BUDGETS)
+    @counted
+    def enqueue_many(
+        self, events: list[tuple[str, int]], ttl_ms: int, max_attempts: int | None
+    ) -> None:
+        """0-6 events from the same four ids: new jobs, retries and conflicts, within and
+        across batches; each side gets its own copy of the list, which it must not mutate."""
+        given = [{"id": job_id, "qty": qty} for job_id, qty in events]
+        real_events, spec_events = copy.deepcopy(given), copy.deepcopy(given)
+        budget = supplied(max_attempts=max_attempts)
+        ids = [job_id for job_id, _ in events]
+        if len(set(ids)) < len(ids):
+            self.count("enqueue_many: an id twice in one batch")
+        self.both(
+            "enqueue_many",
+            lambda: worker.enqueue_many(self.con, real_events, self.now, ttl_ms, **budget),
+            lambda: self.model.enqueue_many(spec_events, self.now, ttl_ms, **budget),
+        )
+        assert real_events == given, "worker.enqueue_many mutated its events"
+        assert spec_events == given, "the model's enqueue_many mutated its events"
+
+    @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES)
+    @counted
+    def claim_many(self, owner: str, limit: int, lease_ms: int | None) -> Any:
+        return self.claim_many_with_hooks(owner, limit, lease_ms, fail_at=None)
+
+    @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES, fail_at=HOOK_POINT)
+    @counted
+    def claim_many_with_fault(
+        self, owner: str, limit: int, lease_ms: int | None, fail_at: str
+    ) -> Any:
+        return self.claim_many_with_hooks(owner, limit, lease_ms, fail_at)
+
+    def claim_many_with_hooks(
+        self, owner: str, limit: int, lease_ms: int | None, fail_at: str | None
+    ) -> Any:
+        """Claim up to ``limit`` on both sides; every ticket issued goes to the bundle."""
+        real_fault, spec_fault = self.fault_hooks(fail_at)
+        lease = supplied(lease_ms=lease_ms)
+        result = self.both(
+            "claim_many",
+            lambda: worker.claim_many(self.con, owner, self.now, limit, fault=real_fault, **lease),
+            lambda: self.model.claim_many(owner, self.now, limit, fault=spec_fault, **lease),
+        )
+        self.same_hooks("claim_many", real_fault, spec_fault)
+        if result[0] != "returned":
+            return multiple()
+        issued = result[1]
+        self.count(
+            "claim_many: the limit reached" if len(issued) == limit else "claim_many: ran out"
+        )
+        return multiple(*(self.keep_issued(ticket) for ticket in issued))
+
+    @precondition(lambda self: self.bundle("tickets"))
+    @rule(items=st.lists(st.tuples(tickets, OUTCOME, ITEM_DELAYS), max_size=MAX_BATCH_ITEMS))
+    @counted
+    def finish_many(self, items: list[tuple[dict[str, Any], str, int | str]]) -> None:
+        """0-6 tickets from the bundle (live or stale, the same one twice), each outcome,
+        delays aimed at the deadline as ``finish``'s are."""
+        self.finish_many_with_hooks(items, None)
+
+    @precondition(lambda self: self.bundle("tickets"))
+    @rule(
+        items=st.lists(st.tuples(tickets, OUTCOME, ITEM_DELAYS), max_size=MAX_BATCH_ITEMS),
+        fail_at=HOOK_POINT,
+    )
+    @counted
+    def finish_many_with_fault(
+        self, items: list[tuple[dict[str, Any], str, int | str]], fail_at: str
+    ) -> None:
+        self.finish_many_with_hooks(items, fail_at)
+
+    def finish_many_with_hooks(
+        self, items: list[tuple[dict[str, Any], str, int | str]], fail_at: str | None
+    ) -> None:
+        given: list[dict[str, Any]] = [
+            {"ticket": dict(ticket), "outcome": outcome, "delay_ms": self.delay_for(delay, ticket)}
+            for ticket, outcome, delay in items
+        ]
+        explain(f"finish_many: presenting {given} at now={self.now}")
+        self.count_finish_items(given)
+        real_results, spec_results = copy.deepcopy(given), copy.deepcopy(given)
+        real_fault, spec_fault = self.fault_hooks(fail_at)
+        result = self.both(
+            "finish_many",
+            lambda: worker.finish_many(self.con, real_results, self.now, fault=real_fault),
+            lambda: self.model.finish_many(spec_results, self.now, fault=spec_fault),
+        )
+        self.same_hooks("finish_many", real_fault, spec_fault)
+        assert real_results == given, "worker.finish_many mutated its results"
+        assert spec_results == given, "the model's finish_many mutated its results"
+        if result[0] == "returned":
+            for item, status in zip(given, result[1], strict=True):
+                row = self.row(item["ticket"]["id"]) if status == "dead" else None
+                reason = f" ({row['reason']})" if row is not None else ""
+                self.count(f"finish_many: an item {item['outcome']} -> {status}{reason}")
+
+    def count_finish_items(self, results: list[dict[str, Any]]) -> None:
+        """Statistics: the same ticket twice in one batch, a live and a stale one together."""
+        tickets = [tuple(result["ticket"].values()) for result in results]
+        if len(set(tickets)) < len(tickets):
+            self.count("finish_many: a ticket twice in one batch")
+        live = {self.is_live(result["ticket"]) for result in results}
+        if live == {True, False}:
+            self.count("finish_many: live and stale tickets in one batch")
 
     @rule(ms=st.one_of(st.integers(0, 3), st.integers(0, 300), st.integers(0, 70000)))
     @counted
@@ -554,8 +839,13 @@ class QueueLockstep(RuleBasedStateMachine):
         )
         assert real_sends == spec_sends, f"sends differ: {real_sends} vs {spec_sends}"
         assert real_clock.calls == spec_clock.calls, "clock read a different number of times"
-        if real_clock.calls == 2 and type(readings[1]) is int and readings[1] >= self.now:
-            self.now = readings[1]
+        finished_at = readings[1]
+        if (
+            real_clock.calls == 2
+            and type(finished_at) is int
+            and self.now <= finished_at <= MAX_NOW
+        ):
+            self.now = finished_at  # the world's clock moved on (never to an invalid reading)
 
     def second_reading(self, later: int | str, lease_ms: int) -> object:
         if later == "same":
@@ -650,24 +940,52 @@ class QueueLockstep(RuleBasedStateMachine):
     def run_once_odd(self, odd: tuple[str, object]) -> None:
         self.call_with_odd_argument(odd)
 
+    # A batch: one argument, one item or one item's field is odd, sometimes two of them.
+    @rule(odds=odd_arguments_of("enqueue_many"))
+    @counted
+    def enqueue_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
+        self.call_with_odd_arguments(odds)
+
+    @rule(odds=odd_arguments_of("claim_many"))
+    @counted
+    def claim_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
+        self.call_with_odd_arguments(odds)
+
+    @rule(odds=odd_arguments_of("finish_many"))
+    @counted
+    def finish_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
+        self.call_with_odd_arguments(odds)
+
     def call_with_odd_argument(self, odd: tuple[str, object]) -> None:
         """Replace one argument of a valid call by an odd value; both sides must agree."""
-        slot, value = odd
-        function, _, argument = slot.partition(".")
+        self.call_with_odd_arguments([odd])
+
+    def call_with_odd_arguments(self, odds: Sequence[tuple[str, object]]) -> None:
+        """Replace arguments (or fields, or items) of one valid call by odd values; both
+        sides must agree. The deepest is placed first, so that a list reshaped
+        (``Reshape('tuple')``) keeps an odd item placed in it."""
+        function = odds[0][0].partition(".")[0]
         real_args, spec_args = self.valid_arguments(function), self.valid_arguments(function)
-        for arguments in (real_args, spec_args):
-            place(arguments, argument, value)
+        for slot, value in sorted(odds, key=lambda odd: -odd[0].count(".")):
+            for arguments in (real_args, spec_args):
+                place(arguments, slot.partition(".")[2], value)
+        verb = " & ".join(slot for slot, _ in odds)
+        label = generic(odds[0][0]) + (" & 1 more" if len(odds) > 1 else "")
         real_call = getattr(worker, function)
         spec_call = getattr(self.model, function, None) or getattr(model, function)
         if function == "retry_delay":
-            self.both(slot, lambda: real_call(**real_args), lambda: spec_call(**spec_args))
+            self.both(verb, lambda: real_call(**real_args), lambda: spec_call(**spec_args))
         else:
             self.both(
-                slot, lambda: real_call(self.con, **real_args), lambda: spec_call(**spec_args)
+                verb,
+                lambda: real_call(self.con, **real_args),
+                lambda: spec_call(**spec_args),
+                label,
             )
 
     def valid_arguments(self, function: str) -> dict[str, Any]:
         ticket = dict(self.issued[-1]) if self.issued else dict(PLACEHOLDER_TICKET)
+        recent = [*self.issued[-VALID_BATCH_SIZE:], *[PLACEHOLDER_TICKET] * VALID_BATCH_SIZE]
         calls: dict[str, dict[str, Any]] = {
             "enqueue": {"event": {"id": "b", "qty": 1}, "now_ms": self.now, "ttl_ms": 100},
             "claim": {"owner": "c2", "now_ms": self.now, "lease_ms": 10, "fault": None},
@@ -680,6 +998,27 @@ class QueueLockstep(RuleBasedStateMachine):
                 "send": self.scripted_send("ack", [], lambda: None),
                 "jitter": 0.5,
                 "lease_ms": 10,
+            },
+            "enqueue_many": {
+                "events": [{"id": "b", "qty": 1}, {"id": "d", "qty": 2}, {"id": "b", "qty": 1}],
+                "now_ms": self.now,
+                "ttl_ms": 100,
+            },
+            "claim_many": {
+                "owner": "c2",
+                "now_ms": self.now,
+                "limit": 2,
+                "lease_ms": 10,
+                "fault": None,
+            },
+            "finish_many": {
+                "results": [
+                    {"ticket": dict(recent[0]), "outcome": "ok", "delay_ms": 0},
+                    {"ticket": dict(recent[1]), "outcome": "retry", "delay_ms": 5},
+                    {"ticket": dict(recent[2]), "outcome": "permanent", "delay_ms": 0},
+                ],
+                "now_ms": self.now,
+                "fault": None,
             },
         }
         return calls[function]
@@ -805,11 +1144,33 @@ def forged(ticket: dict[str, Any], field: str) -> dict[str, Any]:
 
 
 def place(arguments: dict[str, Any], path: str, value: object) -> None:
-    """Set ``arguments[a][b]`` for the dotted ``path`` "a.b" (copying inner dicts)."""
+    """Set the value at the dotted ``path`` of ``arguments``: "ticket.qty" is
+    ``arguments["ticket"]["qty"]``, "results.2.ticket" is ``arguments["results"][2]["ticket"]``
+    (copying every inner dict and list on the way). A ``Reshape`` reshapes the value there."""
+    arguments.update(replaced(arguments, path, value))
+
+
+def replaced(container: Any, path: str, value: object) -> Any:
+    """A copy of ``container`` (a dict or a list) with ``value`` placed at ``path``."""
     head, _, rest = path.partition(".")
+    key: Any = int(head) if head.isdigit() else head
+    copied = list(container) if type(container) is list else dict(container)
     if rest:
-        inner = dict(arguments[head])
-        inner[rest] = value
-        arguments[head] = inner
+        copied[key] = replaced(copied[key], rest, value)
     else:
-        arguments[head] = value
+        copied[key] = reshaped(value, copied[key]) if isinstance(value, Reshape) else value
+    return copied
+
+
+def reshaped(reshape: Reshape, valid: Any) -> object:
+    """The odd value ``reshape`` makes of the ``valid`` value it replaces."""
+    if reshape.how == "tuple":
+        return tuple(valid)
+    if reshape.how == "list subclass":
+        return ListSubclass(valid)
+    if reshape.how == "dict subclass":
+        return DictSubclass(valid)
+    if reshape.how == "empty":
+        return []
+    count = int(reshape.how.split()[0])  # "1000 items", "1001 items": the valid ones, cycled
+    return [valid[index % len(valid)] for index in range(count)]
