@@ -116,24 +116,31 @@ SCHEMA = (
 )
 
 # Partial indexes over the live rows (pending, leased) only, so that claim costs
-# the same with a million rows of done/dead history as with none. Each serves
-# one statement below; a file without them still works, only slower.
+# the same with a million rows of done/dead history as with none. Pending rows are
+# split into fresh ones (attempts = 0: enqueued or redriven, available at once) and
+# retried ones (available after a backoff), so that a pile of waiting retries never
+# hides the fresh backlog. Each index serves the statement named above it; a file
+# without them still works, only slower.
 INDEXES = (
-    # _SELECT_CLAIMABLE: the head of the queue, pending rows in seq order.
-    """CREATE INDEX IF NOT EXISTS jobs_pending_by_seq
-  ON jobs(seq, available_at) WHERE status = 'pending'""",
-    # _SELECT_CLAIMABLE: due pending rows, when none is due at the head.
-    """CREATE INDEX IF NOT EXISTS jobs_pending_by_available_at
-  ON jobs(available_at) WHERE status = 'pending'""",
-    # _SELECT_CLAIMABLE: expired leases.
+    # _SELECT_CLAIMABLE: the head of each pending queue, in seq order ...
+    """CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
+  ON jobs(seq, available_at) WHERE status = 'pending' AND attempts = 0""",
+    """CREATE INDEX IF NOT EXISTS jobs_retried_by_seq
+  ON jobs(seq, available_at) WHERE status = 'pending' AND attempts > 0""",
+    # ... its due rows by time, when none at the head is due ...
+    """CREATE INDEX IF NOT EXISTS jobs_fresh_by_available_at
+  ON jobs(available_at) WHERE status = 'pending' AND attempts = 0""",
+    """CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
+  ON jobs(available_at) WHERE status = 'pending' AND attempts > 0""",
+    # ... and expired leases; also _QUARANTINE_EXHAUSTED_LEASED.
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs(lease_until) WHERE status = 'leased'""",
     # _QUARANTINE_DEADLINE.
     """CREATE INDEX IF NOT EXISTS jobs_live_by_deadline
   ON jobs(deadline) WHERE status IN ('pending', 'leased')""",
-    # _QUARANTINE_EXHAUSTED: live rows whose budget is spent (few: last attempts).
-    """CREATE INDEX IF NOT EXISTS jobs_live_spent
-  ON jobs(lease_until) WHERE status IN ('pending', 'leased') AND attempts >= max_attempts""",
+    # _QUARANTINE_EXHAUSTED_PENDING: empty unless a row was written by someone else.
+    """CREATE INDEX IF NOT EXISTS jobs_pending_spent
+  ON jobs(seq) WHERE status = 'pending' AND attempts >= max_attempts""",
 )
 
 _SELECT_QTY = "SELECT qty FROM jobs WHERE id = ?"
@@ -145,27 +152,40 @@ _INSERT_JOB = """INSERT INTO jobs
 
 # The quarantine looks at every pending row (due or not) and every expired lease.
 # A passed deadline wins over a spent budget: the deadline statement runs first,
-# and the exhausted one only sees what is still live.
+# and the exhausted ones only see what is still live.
 _QUARANTINE_DEADLINE = """UPDATE jobs
   SET status = 'dead', reason = 'deadline', owner = NULL, lease_until = NULL
   WHERE status IN ('pending', 'leased') AND deadline <= :now
     AND (status = 'pending' OR lease_until <= :now)"""
 
-_QUARANTINE_EXHAUSTED = """UPDATE jobs
+_QUARANTINE_EXHAUSTED_PENDING = """UPDATE jobs
   SET status = 'dead', reason = 'exhausted', owner = NULL, lease_until = NULL
-  WHERE status IN ('pending', 'leased') AND attempts >= max_attempts
-    AND (status = 'pending' OR lease_until <= :now)"""
+  WHERE status = 'pending' AND attempts >= max_attempts"""
+
+_QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
+  SET status = 'dead', reason = 'exhausted', owner = NULL, lease_until = NULL
+  WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"""
 
 # Claimable rows are "pending and due" or "leased with an expired lease"; the
-# lowest seq wins. The first due row among the oldest 64 pending ones is the
-# lowest due pending row; only when none of those is due are all due rows
-# searched by time. ``+seq`` keeps the planner on the time indexes.
-_SELECT_CLAIMABLE = """WITH head AS (
-    SELECT seq, available_at FROM jobs WHERE status = 'pending' ORDER BY seq LIMIT 64),
+# lowest seq wins. In each pending queue (fresh, retried) the first due row among
+# its oldest 64 is its lowest due row; only when none of those is due are all its
+# due rows searched by time. ``+seq`` keeps the planner on the time indexes.
+_SELECT_CLAIMABLE = """WITH fresh AS (
+    SELECT seq, available_at FROM jobs WHERE status = 'pending' AND attempts = 0
+    ORDER BY seq LIMIT 64),
+  retried AS (
+    SELECT seq, available_at FROM jobs WHERE status = 'pending' AND attempts > 0
+    ORDER BY seq LIMIT 64),
   candidates(seq) AS (
     SELECT coalesce(
-      (SELECT min(seq) FROM head WHERE available_at <= :now),
-      (SELECT min(+seq) FROM jobs WHERE status = 'pending' AND available_at <= :now))
+      (SELECT min(seq) FROM fresh WHERE available_at <= :now),
+      (SELECT min(+seq) FROM jobs
+       WHERE status = 'pending' AND attempts = 0 AND available_at <= :now))
+    UNION ALL
+    SELECT coalesce(
+      (SELECT min(seq) FROM retried WHERE available_at <= :now),
+      (SELECT min(+seq) FROM jobs
+       WHERE status = 'pending' AND attempts > 0 AND available_at <= :now))
     UNION ALL
     SELECT min(+seq) FROM jobs WHERE status = 'leased' AND lease_until <= :now)
   SELECT seq, id, qty, attempts, token, deadline FROM jobs
@@ -582,7 +602,8 @@ def _quarantine(con: sqlite3.Connection, now_ms: int) -> None:
     """Step 1 of a claim: move every pending or expired-leased job whose deadline
     passed (``deadline``) or whose budget is spent (``exhausted``) to dead."""
     con.execute(_QUARANTINE_DEADLINE, {"now": now_ms})
-    con.execute(_QUARANTINE_EXHAUSTED, {"now": now_ms})
+    con.execute(_QUARANTINE_EXHAUSTED_PENDING)
+    con.execute(_QUARANTINE_EXHAUSTED_LEASED, {"now": now_ms})
 
 
 def _lease_next(

@@ -18,13 +18,20 @@ import worker
 from tests.support import read_rows
 
 INDEX_NAMES = [
+    "jobs_fresh_by_available_at",
+    "jobs_fresh_by_seq",
     "jobs_leased_by_lease_until",
     "jobs_live_by_deadline",
-    "jobs_live_spent",
-    "jobs_pending_by_available_at",
-    "jobs_pending_by_seq",
+    "jobs_pending_spent",
+    "jobs_retried_by_available_at",
+    "jobs_retried_by_seq",
 ]
-CLAIM_STATEMENTS = ["_QUARANTINE_DEADLINE", "_QUARANTINE_EXHAUSTED", "_SELECT_CLAIMABLE"]
+CLAIM_STATEMENTS = [
+    "_QUARANTINE_DEADLINE",
+    "_QUARANTINE_EXHAUSTED_PENDING",
+    "_QUARANTINE_EXHAUSTED_LEASED",
+    "_SELECT_CLAIMABLE",
+]
 
 
 def indexes(con: sqlite3.Connection) -> list[str]:
@@ -123,6 +130,33 @@ def test_an_expired_lease_with_a_lower_seq_beats_a_due_pending_job(
     add_many(con, 1, "due-")
     ticket = worker.claim(con, "c1", 10)
     assert ticket is not None and (ticket["id"], ticket["token"]) == ("leased-0", 2)
+
+
+@pytest.mark.parametrize("waiting", [63, 64, 65, 200])
+def test_a_fresh_job_enqueued_later_than_others_but_due_first_is_found(
+    con: sqlite3.Connection, waiting: int
+) -> None:
+    add_many(con, waiting, "future-", now=50000)  # enqueued with a later clock
+    add_many(con, 2, "now-", now=0)
+    ticket = worker.claim(con, "c1", 10)
+    assert ticket is not None and ticket["id"] == "now-0"
+
+
+@pytest.mark.parametrize("waiting", [63, 64, 65, 200])
+def test_a_due_retry_behind_many_waiting_retries_beats_a_later_fresh_job(
+    con: sqlite3.Connection, waiting: int
+) -> None:
+    add_many(con, waiting + 2, "r-")
+    tickets = worker.claim_many(con, "c0", 0, waiting + 2, 100)
+    delays = [50000] * waiting + [0, 0]
+    results = [
+        {"ticket": t, "outcome": "retry", "delay_ms": d}
+        for t, d in zip(tickets, delays, strict=True)
+    ]
+    assert worker.finish_many(con, results, 1) == ["pending"] * (waiting + 2)
+    add_many(con, 1, "fresh-", now=1)
+    ticket = worker.claim(con, "c1", 10)
+    assert ticket is not None and (ticket["id"], ticket["attempt"]) == (f"r-{waiting}", 2)
 
 
 def test_a_due_job_at_the_head_is_taken_even_when_older_ones_wait(
