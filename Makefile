@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo fuzz mutants diagram clean
+.PHONY: test demo fuzz mutants diagram bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,14 @@ demo: $(STAMP)
 MINUTES ?= 5
 fuzz: $(STAMP)
 	$(PY) -m tests.stateful.fuzz --minutes $(MINUTES)
+
+## bench: the performance benchmark (about 2 min; never on tmpfs), see docs/performance.md
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png
 
 ## mutants: mutation testing of worker.py against the stateful suite alone (slow: ~1 h)
 mutants: $(STAMP)
