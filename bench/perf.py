@@ -20,7 +20,7 @@ after the tables). The sections, in the order they run:
    connections (``bench.peers``).
 4. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
    created by someone else with only the contract's two tables (``bench.latency``);
-   ``slowpaths``: two other queue states where claim's cost grows (``bench.slowpaths``).
+   ``slowpaths``: other queue states where claim's cost could grow (``bench.slowpaths``).
 5. ``couriers``: N processes on one file, cycles/s and lock timeouts (``bench.couriers``).
 6. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
 7. ``plans``: EXPLAIN QUERY PLAN of every statement in worker.py (``bench.plans``).
@@ -238,7 +238,7 @@ def section_latency(
 def section_slowpaths(
     folder: Path, settings: Settings, log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    """The two states where claim grows with the file (``bench.slowpaths``)."""
+    """The states where claim could grow with the file (``bench.slowpaths``)."""
     results = slowpaths.measure_slowpaths(folder, settings.slowpath_cycles, settings.slowpath_scale)
     for entry in results:
         log(

@@ -451,7 +451,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         *_foreign_lines(results),
         "",
-        "### Where claim still grows (bench.slowpaths)",
+        "### Where claim could grow (bench.slowpaths)",
         "",
         *_slowpaths_table(results),
         "",
