@@ -330,6 +330,46 @@ NOT_A_QUEUE_PATH: list[object] = [
     BrokenPathLike(),
 ]
 
+# What the model cannot hold (a connection, a file) is checked here, in the words of
+# model.rules: the same message format as every other malformed argument.
+NOT_A_CONNECTION: list[object] = [None, 3, "queue.sqlite", b"queue.sqlite", object()]
+OPEN_TRANSACTION = "'con' has an open transaction; finish it before calling the queue"
+NO_QUEUE_FILE = "no queue file (run open_queue to create one)"
+
+
+def refusal_of_path(path: object) -> str:
+    """The message ``open_queue`` gives for a value that names no queue file."""
+    try:
+        a_path = type(path) is str or (isinstance(path, os.PathLike) and bool(os.fspath(path)))
+    except TypeError:  # a PathLike whose __fspath__ gives no path
+        a_path = False
+    if a_path:
+        return str(
+            model.rules.malformed("path", "a local file path (not in-memory, not empty)", path)
+        )
+    return str(model.rules.malformed("path", "a str or os.PathLike naming a local file", path))
+
+
+# Each DB function with valid arguments after ``con`` (run_once's clock is read once,
+# before claim checks the connection).
+def calls_with(con: object, now: int) -> dict[str, Callable[[], object]]:
+    def send(delivery: dict[str, Any]) -> object:
+        return True
+
+    return {
+        "enqueue": lambda: worker.enqueue(con, {"id": "a", "qty": 1}, now, 1000),  # type: ignore[arg-type]
+        "claim": lambda: worker.claim(con, "c1", now),  # type: ignore[arg-type]
+        "finish": lambda: worker.finish(con, dict(PLACEHOLDER_TICKET), "ok", now),  # type: ignore[arg-type]
+        "redrive": lambda: worker.redrive(con, "a", now, 1000, "ops"),  # type: ignore[arg-type]
+        "run_once": lambda: worker.run_once(con, "c1", lambda: now, send, 0.5),  # type: ignore[arg-type]
+        "enqueue_many": lambda: worker.enqueue_many(con, [{"id": "a", "qty": 1}], now, 1000),  # type: ignore[arg-type]
+        "claim_many": lambda: worker.claim_many(con, "c1", now, 2),  # type: ignore[arg-type]
+        "finish_many": lambda: worker.finish_many(con, [], now),  # type: ignore[arg-type]
+    }
+
+
+DB_FUNCTIONS = sorted(calls_with(None, 0))
+
 Result = tuple[Any, ...]
 
 
@@ -406,11 +446,6 @@ def summary_of(result: Result) -> str:
     if isinstance(value, dict):
         return str(value.get("status", "ticket"))
     return repr(value) if value is None or isinstance(value, bool | str) else type(value).__name__
-
-
-def subject_of(message: str) -> str:
-    quoted = re.search(r"'([^'\[]*)", message)
-    return quoted.group(1) if quoted else ""
 
 
 class FaultAt:
@@ -1039,9 +1074,30 @@ class QueueLockstep(RuleBasedStateMachine):
         result = outcome_of(lambda: worker.open_queue(path))  # type: ignore[arg-type]
         if result[0] == "returned":
             result[1].close()
-        assert result[:2] == ("raised", "ValueError"), f"open_queue({path!r}) -> {result}"
-        assert subject_of(result[2]) == "path", f"open_queue({path!r}) -> {result}"
+        expected = ("raised", "ValueError", refusal_of_path(path))
+        assert result == expected, f"open_queue({path!r}) -> {result}"
         assert sorted(os.listdir(self.folder)) == before
+
+    @rule(
+        function=st.sampled_from(DB_FUNCTIONS),
+        con=st.one_of(st.sampled_from(NOT_A_CONNECTION), st.just("open transaction")),
+    )
+    @counted
+    def borrowed_connection_odd(self, function: str, con: object) -> None:
+        """A con that is no connection, or one with a transaction open, is a ValueError
+        before anything else: the caller's transaction is left alone, nothing changes."""
+        caller = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            if con == "open transaction":
+                caller.execute("BEGIN")  # deferred, no statement yet: holds no lock
+                con, message = caller, OPEN_TRANSACTION
+            else:
+                message = str(model.rules.malformed("con", "a sqlite3.Connection", con))
+            result = outcome_of(calls_with(con, self.now)[function])
+            assert result == ("raised", "ValueError", message), f"{function}: {result}"
+            assert caller.in_transaction == (con is caller)
+        finally:
+            caller.close()
 
     @rule(where=st.sampled_from(["missing", "folder", "", ":memory:"]), jitter=JITTERS)
     @counted
@@ -1054,7 +1110,11 @@ class QueueLockstep(RuleBasedStateMachine):
         try:
             worker.run_file(name, "c1", clock, self.scripted_send("ack", [], lambda: None), jitter)
         except FileNotFoundError as error:
-            assert (error.errno, error.filename) == (errno.ENOENT, name)
+            assert (error.errno, error.strerror, error.filename) == (
+                errno.ENOENT,
+                NO_QUEUE_FILE,
+                name,
+            )
         else:
             raise AssertionError(f"run_file({name!r}) did not raise FileNotFoundError")
         assert clock.calls == 0
