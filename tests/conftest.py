@@ -26,7 +26,7 @@ import worker
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile(
     "ci",
-    max_examples=4000,
+    max_examples=5000,
     derandomize=True,
     deadline=None,
     print_blob=True,
