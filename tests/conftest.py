@@ -24,20 +24,29 @@ from hypothesis import HealthCheck, Phase, settings
 import worker
 
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
+# Up to 20 steps per example: every planted bug needs at most 6, and a short
+# program shrinks fast (40 steps made some shrinks take five minutes).
 settings.register_profile(
     "ci",
     max_examples=5000,
+    stateful_step_count=20,
     derandomize=True,
     deadline=None,
     print_blob=True,
     suppress_health_check=_SLOW_IS_FINE,
 )
 settings.register_profile(
-    "dev", max_examples=30, deadline=None, print_blob=True, suppress_health_check=_SLOW_IS_FINE
+    "dev",
+    max_examples=30,
+    stateful_step_count=20,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=_SLOW_IS_FINE,
 )
 settings.register_profile(
     "mutation",
     max_examples=500,
+    stateful_step_count=40,  # nothing to shrink: longer programs reach more states
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # a kill needs no shrinking
     deadline=None,
@@ -46,6 +55,7 @@ settings.register_profile(
 settings.register_profile(
     "fuzz",
     max_examples=1_000_000,
+    stateful_step_count=60,
     deadline=None,
     print_blob=True,
     suppress_health_check=_SLOW_IS_FINE,

@@ -496,7 +496,9 @@ def counted(function: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-@settings(stateful_step_count=40, deadline=None)
+# Steps per example come from the profile (tests/conftest.py): short programs in
+# ci and dev, so that a failure shrinks in seconds; longer ones for mutation runs.
+@settings(deadline=None)
 class QueueLockstep(RuleBasedStateMachine):
     """Drive worker.py (on a real file) and model.QueueModel with the same calls."""
 
