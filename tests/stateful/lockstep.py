@@ -290,7 +290,15 @@ def odd_arguments_of(function: str) -> st.SearchStrategy[Sequence[tuple[str, obj
             (order[max(chosen[0])], chosen[1]), (order[min(chosen[0])], chosen[1] + 1)
         )
     )
-    return st.one_of(anywhere, next_in_one_item, in_two_neighbouring_items)
+    # One argument of the call itself (not of an item), alone: the item slots outnumber
+    # them, and a later odd argument is only named when nothing before it is odd.
+    own_arguments = [
+        st.tuples(st.just(slot), values)
+        for slot, values in ODD_ARGUMENTS.items()
+        if slot.partition(".")[0] == function and "*" not in slot
+    ]
+    one_own_argument = st.one_of(own_arguments).map(lambda odd: [odd])
+    return st.one_of(anywhere, next_in_one_item, in_two_neighbouring_items, one_own_argument)
 
 
 def odd_parts(
