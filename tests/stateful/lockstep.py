@@ -517,9 +517,13 @@ class QueueLockstep(RuleBasedStateMachine):
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="lockstep-", dir=SCRATCH)
         self.path = os.path.join(self.folder, "queue.sqlite")
-        self.con = worker.open_queue(self.path)
-        assert_configured(self.con)
-        self.elsewhere = worker.open_queue(self.path)  # another worker's connection
+        try:
+            self.con = worker.open_queue(self.path)
+            assert_configured(self.con)
+            self.elsewhere = worker.open_queue(self.path)  # another worker's connection
+        except BaseException:  # no teardown follows a failed __init__
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         self.model = model.QueueModel()
         self.now = 0
         self.issued: list[dict[str, Any]] = []
@@ -527,9 +531,11 @@ class QueueLockstep(RuleBasedStateMachine):
         self.finished: dict[str, tuple[Any, ...]] = {}
 
     def teardown(self) -> None:
-        self.con.close()
-        self.elsewhere.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.con.close()
+            self.elsewhere.close()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     # --- helpers ---------------------------------------------------------------
 
