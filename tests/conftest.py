@@ -28,7 +28,7 @@ _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # program shrinks fast (40 steps made some shrinks take five minutes).
 settings.register_profile(
     "ci",
-    max_examples=5000,
+    max_examples=7500,
     stateful_step_count=20,
     derandomize=True,
     deadline=None,
