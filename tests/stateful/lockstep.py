@@ -61,6 +61,14 @@ JOB_ID = st.sampled_from(IDS)
 OUTCOMES = ("ok", "retry", "permanent")
 HOOK_POINTS = ("after-claim", "after-finish", "after-audit", "after-redrive", "after-commit")
 TICKET_FIELDS = ("id", "qty", "owner", "token", "attempt", "lease_until")
+# Each field of a ticket and the jobs column it must equal while the ticket is live.
+TICKET_COLUMNS = (
+    ("qty", "qty"),
+    ("owner", "owner"),
+    ("token", "token"),
+    ("attempt", "attempts"),
+    ("lease_until", "lease_until"),
+)
 PLACEHOLDER_TICKET: dict[str, Any] = dict.fromkeys(TICKET_FIELDS, 1) | {"id": "a", "owner": "c1"}
 
 # Durations lean on the edges of their ranges and on short values that make
@@ -68,9 +76,11 @@ PLACEHOLDER_TICKET: dict[str, Any] = dict.fromkeys(TICKET_FIELDS, 1) | {"id": "a
 TTLS = st.one_of(st.sampled_from([1, 5, 100, 1000, 60000]), st.integers(1, 60000))
 # None means "leave the argument out": the default must behave as documented.
 LEASES = st.one_of(st.none(), st.sampled_from([1, 2, 10, 50, 1000]), st.integers(1, 60000))
-BUDGETS = st.one_of(st.none(), st.integers(1, 4))
+# A budget of one is drawn often: its first lease that ends exhausts the job (quarantine).
+BUDGETS = st.one_of(st.none(), st.just(1), st.integers(1, 4))
 DEFAULT_LEASE_MS = 1000
-HOOK_POINT = st.sampled_from(HOOK_POINTS)
+# Half the calls that take a fault hook fail at one of its points (None: no fault).
+FAULTS = st.one_of(st.none(), st.sampled_from(HOOK_POINTS))
 OUTCOME = st.sampled_from(OUTCOMES)
 # A delay is either a number or an aim relative to the job's deadline.
 DELAYS = st.one_of(
@@ -314,6 +324,16 @@ def odd_parts(
     )
 
 
+# One call with odd arguments: one argument of a single call, or one or two of a batch.
+ODD_CALLS = st.one_of(
+    *(
+        odd_argument_of(function).map(lambda odd: [odd])
+        for function in ("enqueue", "claim", "finish", "redrive", "retry_delay", "run_once")
+    ),
+    *(odd_arguments_of(function) for function in ("enqueue_many", "claim_many", "finish_many")),
+)
+
+
 def generic(slot: str) -> str:
     """A slot without its item's place: 'finish_many.results.2.outcome' -> '...results.*...'."""
     return re.sub(r"\.\d+(?=\.|$)", ".*", slot)
@@ -527,8 +547,9 @@ class QueueLockstep(RuleBasedStateMachine):
         self.model = model.QueueModel()
         self.now = 0
         self.issued: list[dict[str, Any]] = []
+        self.live: list[dict[str, Any]] = []  # see at_most_one_live_ticket
         self.highest_token: dict[str, int] = {}
-        self.finished: dict[str, tuple[Any, ...]] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
 
     def teardown(self) -> None:
         try:
@@ -614,17 +635,9 @@ class QueueLockstep(RuleBasedStateMachine):
         )
         assert event == {"id": job_id, "qty": qty}, "enqueue mutated its event"
 
-    @rule(target=tickets, owner=OWNER, lease_ms=LEASES)
+    @rule(target=tickets, owner=OWNER, lease_ms=LEASES, fail_at=FAULTS)
     @counted
-    def claim(self, owner: str, lease_ms: int | None) -> Any:
-        return self.claim_with_hooks(owner, lease_ms, fail_at=None)
-
-    @rule(target=tickets, owner=OWNER, lease_ms=LEASES, fail_at=HOOK_POINT)
-    @counted
-    def claim_with_fault(self, owner: str, lease_ms: int | None, fail_at: str) -> Any:
-        return self.claim_with_hooks(owner, lease_ms, fail_at)
-
-    def claim_with_hooks(self, owner: str, lease_ms: int | None, fail_at: str | None) -> Any:
+    def claim(self, owner: str, lease_ms: int | None, fail_at: str | None = None) -> Any:
         """Claim on both sides; keep the ticket in the bundle if one was issued."""
         real_fault, spec_fault = self.fault_hooks(fail_at)
         lease = supplied(lease_ms=lease_ms)
@@ -645,28 +658,27 @@ class QueueLockstep(RuleBasedStateMachine):
         self.issued.append(dict(ticket))
         return ticket
 
-    @rule(ticket=tickets, outcome=OUTCOME, delay=DELAYS)
+    @rule(ticket=tickets, outcome=OUTCOME, delay=DELAYS, fail_at=FAULTS)
     @counted
-    def finish(self, ticket: dict[str, Any], outcome: str, delay: int | str) -> None:
-        self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), None)
+    def finish(
+        self,
+        ticket: dict[str, Any],
+        outcome: str,
+        delay: int | str | None,
+        fail_at: str | None = None,
+    ) -> None:
+        """Present a ticket from the bundle: live or stale, as it comes."""
+        self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), fail_at)
 
-    @precondition(lambda self: self.live_tickets())
+    # ``self.live`` is kept by the invariant (at_most_one_live_ticket), after every step:
+    # a precondition runs many times per step, and judging each ticket costs a query.
+    @precondition(lambda self: self.live)
     @rule(outcome=OUTCOME, delay=DELAYS)
     @counted
     def finish_live(self, outcome: str, delay: int | str | None) -> None:
         """Finish the newest ticket that is still live: the path where outcomes are decided."""
-        ticket = self.live_tickets()[-1]
+        ticket = self.live[-1]
         self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), None)
-
-    def live_tickets(self) -> list[dict[str, Any]]:
-        return [ticket for ticket in self.issued if self.is_live(ticket)]
-
-    @rule(ticket=tickets, outcome=OUTCOME, delay=DELAYS, fail_at=HOOK_POINT)
-    @counted
-    def finish_with_fault(
-        self, ticket: dict[str, Any], outcome: str, delay: int | str, fail_at: str
-    ) -> None:
-        self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), fail_at)
 
     @rule(ticket=tickets, field=st.sampled_from(TICKET_FIELDS), outcome=OUTCOME)
     @counted
@@ -719,20 +731,10 @@ class QueueLockstep(RuleBasedStateMachine):
         assert real_events == given, "worker.enqueue_many mutated its events"
         assert spec_events == given, "the model's enqueue_many mutated its events"
 
-    @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES)
+    @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES, fail_at=FAULTS)
     @counted
-    def claim_many(self, owner: str, limit: int, lease_ms: int | None) -> Any:
-        return self.claim_many_with_hooks(owner, limit, lease_ms, fail_at=None)
-
-    @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES, fail_at=HOOK_POINT)
-    @counted
-    def claim_many_with_fault(
-        self, owner: str, limit: int, lease_ms: int | None, fail_at: str
-    ) -> Any:
-        return self.claim_many_with_hooks(owner, limit, lease_ms, fail_at)
-
-    def claim_many_with_hooks(
-        self, owner: str, limit: int, lease_ms: int | None, fail_at: str | None
+    def claim_many(
+        self, owner: str, limit: int, lease_ms: int | None, fail_at: str | None = None
     ) -> Any:
         """Claim up to ``limit`` on both sides; every ticket issued goes to the bundle."""
         real_fault, spec_fault = self.fault_hooks(fail_at)
@@ -752,27 +754,16 @@ class QueueLockstep(RuleBasedStateMachine):
         return multiple(*(self.keep_issued(ticket) for ticket in issued))
 
     @precondition(lambda self: self.bundle("tickets"))
-    @rule(items=st.lists(st.tuples(tickets, OUTCOME, ITEM_DELAYS), max_size=MAX_BATCH_ITEMS))
-    @counted
-    def finish_many(self, items: list[tuple[dict[str, Any], str, int | str]]) -> None:
-        """0-6 tickets from the bundle (live or stale, the same one twice), each outcome,
-        delays aimed at the deadline as ``finish``'s are."""
-        self.finish_many_with_hooks(items, None)
-
-    @precondition(lambda self: self.bundle("tickets"))
     @rule(
         items=st.lists(st.tuples(tickets, OUTCOME, ITEM_DELAYS), max_size=MAX_BATCH_ITEMS),
-        fail_at=HOOK_POINT,
+        fail_at=FAULTS,
     )
     @counted
-    def finish_many_with_fault(
-        self, items: list[tuple[dict[str, Any], str, int | str]], fail_at: str
+    def finish_many(
+        self, items: list[tuple[dict[str, Any], str, int | str]], fail_at: str | None = None
     ) -> None:
-        self.finish_many_with_hooks(items, fail_at)
-
-    def finish_many_with_hooks(
-        self, items: list[tuple[dict[str, Any], str, int | str]], fail_at: str | None
-    ) -> None:
+        """0-6 tickets from the bundle (live or stale, the same one twice), each outcome,
+        delays aimed at the deadline as ``finish``'s are."""
         given: list[dict[str, Any]] = [
             {"ticket": dict(ticket), "outcome": outcome, "delay_ms": self.delay_for(delay, ticket)}
             for ticket, outcome, delay in items
@@ -800,7 +791,7 @@ class QueueLockstep(RuleBasedStateMachine):
         tickets = [tuple(result["ticket"].values()) for result in results]
         if len(set(tickets)) < len(tickets):
             self.count("finish_many: a ticket twice in one batch")
-        live = {self.is_live(result["ticket"]) for result in results}
+        live = {result["ticket"] in self.live for result in results}
         if live == {True, False}:
             self.count("finish_many: live and stale tickets in one batch")
 
@@ -809,34 +800,30 @@ class QueueLockstep(RuleBasedStateMachine):
     def advance_clock(self, ms: int) -> None:
         self.now = min(self.now + ms, MAX_NOW)
 
-    @precondition(lambda self: self.model.rows()["jobs"])
-    @rule(
-        job_id=JOB_ID,
-        boundary=st.sampled_from(BOUNDARIES),
-        offset=st.sampled_from([-1, 0, 1]),
-    )
+    @rule(boundary=st.sampled_from(BOUNDARIES), offset=st.sampled_from([0, -1, 1]))
     @counted
-    def advance_clock_to(self, job_id: str, boundary: str, offset: int) -> None:
-        """Move the clock onto (or next to) a job's lease_until, deadline or available_at."""
-        row = self.row(job_id)
-        target = row[boundary] if row is not None else None
-        if target is not None and self.now <= target + offset <= MAX_NOW:
-            self.now = target + offset
+    def advance_clock_to(self, boundary: str, offset: int) -> None:
+        """Move the clock to the next ``boundary`` (lease_until, deadline or available_at)
+        of the jobs there are, or one ms either side of it: the earliest such moment
+        after now. With none ahead, the clock stays (it never goes back)."""
+        column = JOB_COLUMNS.index(boundary)
+        ahead = [
+            values[column] + offset
+            for values in self.model.rows()["jobs"]
+            if values[column] is not None and self.now < values[column] + offset <= MAX_NOW
+        ]
+        if ahead:
+            self.now = min(ahead)
         explain(f"advance_clock_to: now={self.now}")
 
-    @rule(job_id=JOB_ID, ttl_ms=TTLS, note_text=st.sampled_from(["ops", "fixed-address"]))
+    @rule(
+        job_id=JOB_ID,
+        ttl_ms=TTLS,
+        note_text=st.sampled_from(["ops", "fixed-address"]),
+        fail_at=FAULTS,
+    )
     @counted
-    def redrive(self, job_id: str, ttl_ms: int, note_text: str) -> None:
-        self.redrive_with_hooks(job_id, ttl_ms, note_text, None)
-
-    @rule(job_id=JOB_ID, ttl_ms=TTLS, fail_at=HOOK_POINT)
-    @counted
-    def redrive_with_fault(self, job_id: str, ttl_ms: int, fail_at: str) -> None:
-        self.redrive_with_hooks(job_id, ttl_ms, "ops", fail_at)
-
-    def redrive_with_hooks(
-        self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None
-    ) -> None:
+    def redrive(self, job_id: str, ttl_ms: int, note_text: str, fail_at: str | None = None) -> None:
         real_fault, spec_fault = self.fault_hooks(fail_at)
         self.both(
             "redrive",
@@ -845,32 +832,27 @@ class QueueLockstep(RuleBasedStateMachine):
         )
         self.same_hooks("redrive", real_fault, spec_fault)
 
-    @rule(owner=OWNER, send=SEND, later=LATER, jitter=JITTERS, lease_ms=LEASES)
+    @rule(
+        owner=OWNER,
+        send=SEND,
+        later=LATER,
+        jitter=JITTERS,
+        lease_ms=LEASES,
+        verb=st.sampled_from(["run_once", "run_file"]),
+    )
     @counted
     def run_once(
-        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int | None
-    ) -> None:
-        """One courier round on the borrowed connection."""
-        self.run_courier("run_once", owner, send, later, jitter, lease_ms)
-
-    @rule(owner=OWNER, send=SEND, later=LATER, jitter=JITTERS, lease_ms=LEASES)
-    @counted
-    def run_file(
-        self, owner: str, send: str, later: int | str, jitter: float, lease_ms: int | None
-    ) -> None:
-        """One courier round through run_file: its own connection to the same file."""
-        self.run_courier("run_file", owner, send, later, jitter, lease_ms)
-
-    def run_courier(
         self,
-        verb: str,
         owner: str,
         send: str,
         later: int | str,
         jitter: float,
         lease_ms: int | None,
+        verb: str = "run_once",
     ) -> None:
-        """Run worker's ``verb`` and the model's run_once with the same clock and send script."""
+        """One courier round: ``run_once`` on the borrowed connection, or ``run_file`` on
+        its own connection to the same file; the model's run_once gets the same clock
+        readings and the same send script."""
         readings = [self.now, self.second_reading(later, lease_ms or DEFAULT_LEASE_MS)]
         lease = supplied(lease_ms=lease_ms)
         explain(f"{verb}: clock readings {readings}")
@@ -951,7 +933,7 @@ class QueueLockstep(RuleBasedStateMachine):
     def retry_delay(self, attempt: int, base_ms: int, cap_above_base: int, jitter: object) -> None:
         """The backoff of both sides agrees for every jitter, valid or odd.
 
-        Odd values of the other arguments come from ``call_with_odd_argument``.
+        Odd values of the other arguments come from ``call_with_odd_arguments``.
         """
         cap_ms = min(base_ms + cap_above_base, 60000)
         self.both(
@@ -960,57 +942,8 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: model.retry_delay(attempt, base_ms, cap_ms, jitter),  # type: ignore[arg-type]
         )
 
-    # One rule per function, so that each function's validation is exercised often.
-    @rule(odd=odd_argument_of("enqueue"))
+    @rule(odds=ODD_CALLS)
     @counted
-    def enqueue_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    @rule(odd=odd_argument_of("claim"))
-    @counted
-    def claim_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    @rule(odd=odd_argument_of("finish"))
-    @counted
-    def finish_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    @rule(odd=odd_argument_of("redrive"))
-    @counted
-    def redrive_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    @rule(odd=odd_argument_of("retry_delay"))
-    @counted
-    def retry_delay_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    @rule(odd=odd_argument_of("run_once"))
-    @counted
-    def run_once_odd(self, odd: tuple[str, object]) -> None:
-        self.call_with_odd_argument(odd)
-
-    # A batch: one argument, one item or one item's field is odd, sometimes two of them.
-    @rule(odds=odd_arguments_of("enqueue_many"))
-    @counted
-    def enqueue_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
-        self.call_with_odd_arguments(odds)
-
-    @rule(odds=odd_arguments_of("claim_many"))
-    @counted
-    def claim_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
-        self.call_with_odd_arguments(odds)
-
-    @rule(odds=odd_arguments_of("finish_many"))
-    @counted
-    def finish_many_odd(self, odds: Sequence[tuple[str, object]]) -> None:
-        self.call_with_odd_arguments(odds)
-
-    def call_with_odd_argument(self, odd: tuple[str, object]) -> None:
-        """Replace one argument of a valid call by an odd value; both sides must agree."""
-        self.call_with_odd_arguments([odd])
-
     def call_with_odd_arguments(self, odds: Sequence[tuple[str, object]]) -> None:
         """Replace arguments (or fields, or items) of one valid call by odd values; both
         sides must agree. The deepest is placed first, so that a list reshaped
@@ -1139,59 +1072,56 @@ class QueueLockstep(RuleBasedStateMachine):
     # --- invariants ------------------------------------------------------------
 
     @invariant()
-    def rows_match_model(self) -> None:
-        real, spec = read_rows(self.con), self.model.rows()
+    def promises_hold(self) -> None:
+        """After every step: the queue's five promises, checked on one read of the rows.
+
+        The rows equal the model's; no transaction is left open; no token went down;
+        at most one ticket per job is live; a done job never changes again. (One
+        invariant, not five: the printed program gets one line per step, not six.)
+        """
+        real = read_rows(self.con)
+        self.rows_match_model(real)
+        self.no_open_transaction()
+        jobs = {values[1]: dict(zip(JOB_COLUMNS, values, strict=True)) for values in real["jobs"]}
+        self.tokens_never_decrease(jobs)
+        self.at_most_one_live_ticket(jobs)
+        self.done_is_final(jobs)
+
+    def rows_match_model(self, real: dict[str, list[tuple[Any, ...]]]) -> None:
+        spec = self.model.rows()
         if real != spec:
             explain(f"worker.py rows: {real}")
             explain(f"model rows:     {spec}")
         assert real == spec, "the SQLite rows differ from the model's"
 
-    @invariant()
     def no_open_transaction(self) -> None:
         assert not self.con.in_transaction, "a call left a transaction open"
         assert not self.elsewhere.in_transaction
 
-    @invariant()
-    def tokens_never_decrease(self) -> None:
-        for row in self.con.execute("SELECT id, token FROM jobs"):
-            job_id, token = row
-            assert token >= self.highest_token.get(job_id, 0), f"token of {job_id} went down"
-            self.highest_token[job_id] = token
+    def tokens_never_decrease(self, jobs: dict[str, dict[str, Any]]) -> None:
+        for job_id, row in jobs.items():
+            assert row["token"] >= self.highest_token.get(job_id, 0), f"token of {job_id} went down"
+            self.highest_token[job_id] = row["token"]
 
-    @invariant()
-    def at_most_one_live_ticket(self) -> None:
-        live: Counter[str] = Counter()
-        for ticket in self.issued:
-            if self.is_live(ticket):
-                live[ticket["id"]] += 1
+    def at_most_one_live_ticket(self, jobs: dict[str, dict[str, Any]]) -> None:
+        """Also keeps ``self.live``, the live tickets in the order issued, for finish_live."""
+        self.live = [ticket for ticket in self.issued if self.is_live(ticket, jobs)]
+        live = Counter(ticket["id"] for ticket in self.live)
         assert all(count <= 1 for count in live.values()), f"several live tickets: {live}"
 
-    def is_live(self, ticket: dict[str, Any]) -> bool:
-        """Would finish accept this ticket now? Judged from the SQLite row alone."""
-        row = self.con.execute(
-            "SELECT qty, owner, token, attempts, lease_until, deadline FROM jobs"
-            " WHERE id = ? AND status = 'leased'",
-            (ticket["id"],),
-        ).fetchone()
-        if row is None:
+    def is_live(self, ticket: dict[str, Any], jobs: dict[str, dict[str, Any]]) -> bool:
+        """Would finish accept this ticket now? Judged from the SQLite rows alone."""
+        row = jobs.get(ticket["id"])
+        if row is None or row["status"] != "leased":
             return False
-        qty, owner, token, attempts, lease_until, deadline = row
-        same = (qty, owner, token, attempts, lease_until) == (
-            ticket["qty"],
-            ticket["owner"],
-            ticket["token"],
-            ticket["attempt"],
-            ticket["lease_until"],
-        )
-        return same and self.now < lease_until and self.now < deadline
+        same = all(row[column] == ticket[field] for field, column in TICKET_COLUMNS)
+        return same and self.now < row["lease_until"] and self.now < row["deadline"]
 
-    @invariant()
-    def done_is_final(self) -> None:
-        for row in read_rows(self.con)["jobs"]:
-            job_id = row[1]
+    def done_is_final(self, jobs: dict[str, dict[str, Any]]) -> None:
+        for job_id, row in jobs.items():
             if job_id in self.finished:
                 assert row == self.finished[job_id], f"done job {job_id} changed: {row}"
-            elif row[3] == "done":
+            elif row["status"] == "done":
                 self.finished[job_id] = row
 
 
