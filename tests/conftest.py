@@ -55,7 +55,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "mutation",
-    max_examples=500,
+    max_examples=1000,
     stateful_step_count=40,  # nothing to shrink: longer programs reach more states
     derandomize=True,
     phases=[Phase.explicit, Phase.generate],  # a kill needs no shrinking
