@@ -6,13 +6,20 @@ value (or raise the same exception type) and call the same fault hooks in the
 same order. The batch operations of ``docs/batches.md`` (``enqueue_many``,
 ``claim_many``, ``finish_many``) have their rules too, drawn from the same ids,
 owners, leases, tickets and delays as the single calls. After every step the
-invariants compare every row of both tables and check the queue's promises that
-hold whatever the model says: no open transaction, tokens never go down, at
-most one live ticket per job, and a ``done`` job never changes again.
+invariant ``promises_hold`` compares every row of both tables and checks the
+queue's promises that hold whatever the model says: no open transaction, tokens
+never go down, at most one live ticket per job, and a ``done`` job never changes
+again.
 
 When a step disagrees, hypothesis shrinks the run to a short program of rule
 calls (``tickets_0 = state.claim(...)``); ``docs/debugging.md`` shows how to
 read and replay one.
+
+Few rules, on purpose: hypothesis draws each step's rule from all of them (and
+replays that draw for every rule when swarm testing has switched many off), so
+each rule added slows every step of every shrink. Faults are an argument of the
+verbs that take a hook (``fail_at=None``: no fault), ``run_file`` an argument of
+``run_once`` (``verb``), and odd arguments two rules, not one per function.
 """
 
 from __future__ import annotations
