@@ -260,6 +260,7 @@ ODD_ARGUMENTS = {
 VALID_BATCH_SIZE = 3
 
 
+@functools.cache  # drawn through flatmap: build each strategy once, not per draw
 def odd_argument_of(function: str) -> st.SearchStrategy[tuple[str, object]]:
     """One odd argument of ``function``: (slot, value), e.g. ('finish.outcome', 'OK').
 
@@ -278,6 +279,7 @@ def slot_of_one_item(slot: str) -> st.SearchStrategy[str]:
     return st.sampled_from([slot.replace("*", str(index)) for index in range(VALID_BATCH_SIZE)])
 
 
+@functools.cache  # drawn through flatmap: build each strategy once, not per draw
 def odd_arguments_of(function: str) -> st.SearchStrategy[Sequence[tuple[str, object]]]:
     """One or two odd arguments (in two different slots) of a batch ``function``; the
     message must name the first in the order of the checks: signature order, a list
