@@ -37,7 +37,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png
 
-## mutants: mutation testing of worker.py against the stateful suite alone (about 15 min on 2 cores)
+## mutants: mutation testing of worker.py against the stateful suite alone (about 16 min on 2 cores)
 mutants: $(STAMP)
 	$(PY) -m pip install --quiet "mutmut>=3.3,<4"
 	rm -rf mutants
