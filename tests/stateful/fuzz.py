@@ -14,9 +14,10 @@ import argparse
 import sys
 import time
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests import profiles  # noqa: F401  (registers the profiles)
 from tests.stateful.lockstep import RULE_NAMES, QueueLockstep
 
 ROUND_EXAMPLES = 100
@@ -24,13 +25,11 @@ STEPS_PER_EXAMPLE = 60
 
 
 def campaign_settings() -> settings:
+    """The ``fuzz`` profile (random, shrunk and printed like ``ci``), in rounds."""
     return settings(
+        settings.get_profile("fuzz"),
         max_examples=ROUND_EXAMPLES,
         stateful_step_count=STEPS_PER_EXAMPLE,
-        deadline=None,
-        derandomize=False,
-        print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
 

@@ -534,7 +534,7 @@ def counted(function: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-# Steps per example come from the profile (tests/conftest.py): short programs in
+# Steps per example come from the profile (tests/profiles.py): short programs in
 # ci and dev, so that a failure shrinks in seconds; longer ones for mutation runs.
 @settings(deadline=None)
 class QueueLockstep(RuleBasedStateMachine):
