@@ -943,7 +943,7 @@ class QueueLockstep(RuleBasedStateMachine):
     def retry_delay(self, attempt: int, base_ms: int, cap_above_base: int, jitter: object) -> None:
         """The backoff of both sides agrees for every jitter, valid or odd.
 
-        Odd values of the other arguments come from ``call_with_odd_arguments``.
+        Odd values of the other arguments come from ``call_with_odd_argument``.
         """
         cap_ms = min(base_ms + cap_above_base, 60000)
         self.both(
