@@ -91,6 +91,10 @@ MAX_ATTEMPTS = 16
 MAX_DURATION_MS = 60000  # ttl_ms, lease_ms, delay_ms, base_ms and cap_ms
 MAX_BATCH = 1000  # items in one enqueue_many / finish_many, claim_many's limit
 
+# How many of each pending queue's oldest rows a claim reads first (a tuning
+# knob: any value from 1 up claims the same job; see _next_claimable).
+CLAIM_HEAD_WINDOW = 64
+
 EVENT_KEYS = frozenset({"id", "qty"})
 TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
 RESULT_KEYS = frozenset({"ticket", "outcome", "delay_ms"})
@@ -115,23 +119,28 @@ SCHEMA = (
   id TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL, note TEXT NOT NULL)""",
 )
 
+# Pending rows form two queues, each in seq order: fresh ones (attempts = 0:
+# enqueued or redriven, available at once) and retried ones (available after a
+# backoff), so that a pile of waiting retries never hides the fresh backlog.
+_FRESH = "status = 'pending' AND attempts = 0"
+_RETRIED = "status = 'pending' AND attempts > 0"
+_PENDING_QUEUES = (("fresh", _FRESH), ("retried", _RETRIED))
+
 # Partial indexes over the live rows (pending, leased) only, so that claim costs
-# the same with a million rows of done/dead history as with none. Pending rows are
-# split into fresh ones (attempts = 0: enqueued or redriven, available at once) and
-# retried ones (available after a backoff), so that a pile of waiting retries never
-# hides the fresh backlog. Each index serves the statement named above it; a file
-# without them still works, only slower.
+# the same with a million rows of done/dead history as with none. Each index
+# serves the statements named above it; a file without them still works, only
+# slower.
 INDEXES = (
-    # _SELECT_CLAIMABLE: the head of each pending queue, in seq order ...
-    """CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
-  ON jobs(seq, available_at) WHERE status = 'pending' AND attempts = 0""",
-    """CREATE INDEX IF NOT EXISTS jobs_retried_by_seq
-  ON jobs(seq, available_at) WHERE status = 'pending' AND attempts > 0""",
-    # ... its due rows by time, when none at the head is due ...
-    """CREATE INDEX IF NOT EXISTS jobs_fresh_by_available_at
-  ON jobs(available_at) WHERE status = 'pending' AND attempts = 0""",
-    """CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
-  ON jobs(available_at) WHERE status = 'pending' AND attempts > 0""",
+    # _SELECT_CLAIMABLE and _lowest_due: each pending queue in seq order ...
+    f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
+  ON jobs(seq, available_at) WHERE {_FRESH}""",
+    f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_seq
+  ON jobs(seq, available_at) WHERE {_RETRIED}""",
+    # ... its due rows by time (_LOWEST_OF_FEW_DUE) ...
+    f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_available_at
+  ON jobs(available_at) WHERE {_FRESH}""",
+    f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
+  ON jobs(available_at) WHERE {_RETRIED}""",
     # ... and expired leases; also _QUARANTINE_EXHAUSTED_LEASED.
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs(lease_until) WHERE status = 'leased'""",
@@ -167,29 +176,47 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
   WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"""
 
 # Claimable rows are "pending and due" or "leased with an expired lease"; the
-# lowest seq wins. In each pending queue (fresh, retried) the first due row among
-# its oldest 64 is its lowest due row; only when none of those is due are all its
-# due rows searched by time. ``+seq`` keeps the planner on the time indexes.
-_SELECT_CLAIMABLE = """WITH fresh AS (
-    SELECT seq, available_at FROM jobs WHERE status = 'pending' AND attempts = 0
-    ORDER BY seq LIMIT 64),
-  retried AS (
-    SELECT seq, available_at FROM jobs WHERE status = 'pending' AND attempts > 0
-    ORDER BY seq LIMIT 64),
-  candidates(seq) AS (
-    SELECT coalesce(
-      (SELECT min(seq) FROM fresh WHERE available_at <= :now),
-      (SELECT min(+seq) FROM jobs
-       WHERE status = 'pending' AND attempts = 0 AND available_at <= :now))
-    UNION ALL
-    SELECT coalesce(
-      (SELECT min(seq) FROM retried WHERE available_at <= :now),
-      (SELECT min(+seq) FROM jobs
-       WHERE status = 'pending' AND attempts > 0 AND available_at <= :now))
-    UNION ALL
-    SELECT min(+seq) FROM jobs WHERE status = 'leased' AND lease_until <= :now)
-  SELECT seq, id, qty, attempts, token, deadline FROM jobs
-  WHERE seq = (SELECT min(seq) FROM candidates)"""
+# lowest seq wins. In each pending queue the first due row is almost always
+# among its oldest :window rows (CLAIM_HEAD_WINDOW), so _SELECT_CLAIMABLE reads
+# the head of each queue and the oldest expired lease, and returns the row of
+# the lowest seq found and, for each queue, whether its head was full and all
+# waiting; only then does _lowest_due search that queue further. ``+seq`` keeps
+# the planner on the time indexes.
+
+# The lowest due seq among a queue's oldest :window rows.
+_FIRST_DUE_IN_HEAD = {
+    queue: f"""SELECT min(seq) FROM (
+    SELECT seq, available_at FROM jobs WHERE {where} ORDER BY seq LIMIT :window)
+  WHERE available_at <= :now"""
+    for queue, where in _PENDING_QUEUES
+}
+# Whether the queue has at least :window rows.
+_HEAD_IS_FULL = {
+    queue: f"""SELECT count(*) = :window FROM (
+    SELECT 1 FROM jobs WHERE {where} LIMIT :window)"""
+    for queue, where in _PENDING_QUEUES
+}
+_SELECT_CLAIMABLE = f"""SELECT
+    CASE WHEN heads.fresh IS NULL THEN ({_HEAD_IS_FULL["fresh"]}) END,
+    CASE WHEN heads.retried IS NULL THEN ({_HEAD_IS_FULL["retried"]}) END,
+    jobs.seq, jobs.id, jobs.qty, jobs.attempts, jobs.token, jobs.deadline
+  FROM (SELECT
+      ({_FIRST_DUE_IN_HEAD["fresh"]}) AS fresh,
+      ({_FIRST_DUE_IN_HEAD["retried"]}) AS retried,
+      (SELECT min(+seq) FROM jobs WHERE status = 'leased' AND lease_until <= :now) AS expired
+    ) AS heads
+  LEFT JOIN jobs ON jobs.seq = (
+    SELECT min(seq) FROM (SELECT fresh AS seq UNION ALL SELECT retried UNION ALL SELECT expired))"""
+
+# The lowest seq and the number of a queue's first :window due rows by time
+# (all of them, when fewer than :window are due).
+_LOWEST_OF_FEW_DUE = {
+    queue: f"""SELECT min(seq), count(*) FROM (
+    SELECT +seq AS seq FROM jobs WHERE {where} AND available_at <= :now LIMIT :window)"""
+    for queue, where in _PENDING_QUEUES
+}
+
+_SELECT_JOB = "SELECT seq, id, qty, attempts, token, deadline FROM jobs WHERE seq = ?"
 
 _LEASE = """UPDATE jobs
   SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
@@ -397,6 +424,15 @@ def _row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...] | No
     cursor.row_factory = None
     row: tuple[Any, ...] | None = cursor.execute(sql, params).fetchone()
     cursor.close()
+    return row
+
+
+def _only_row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...]:
+    """Fetch the row that ``sql`` always yields (an aggregate, or a seq read in
+    this transaction)."""
+    row = _row(con, sql, params)
+    if row is None:
+        raise sqlite3.DatabaseError(f"no row from a statement that always has one: {sql}")
     return row
 
 
@@ -610,7 +646,7 @@ def _lease_next(
     con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int
 ) -> dict[str, Any] | None:
     """Steps 2-3 of a claim: lease the lowest-seq claimable job; its ticket or ``None``."""
-    job = _row(con, _SELECT_CLAIMABLE, {"now": now_ms})
+    job = _next_claimable(con, now_ms)
     if job is None:
         return None
     seq, job_id, qty, attempts, token, deadline = job
@@ -624,6 +660,46 @@ def _lease_next(
     }
     con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
     return ticket
+
+
+def _next_claimable(con: sqlite3.Connection, now_ms: int) -> tuple[Any, ...] | None:
+    """The row (seq, id, qty, attempts, token, deadline) of the lowest-seq job that
+    is pending with ``available_at <= now_ms`` or leased with ``lease_until <=
+    now_ms``; ``None`` if there is none."""
+    window = CLAIM_HEAD_WINDOW
+    params = {"now": now_ms, "window": window}
+    fresh_head_waits, retried_head_waits, *job = _only_row(con, _SELECT_CLAIMABLE, params)
+    lowest = job[0]
+    for queue, head_waits in (("fresh", fresh_head_waits), ("retried", retried_head_waits)):
+        if head_waits:
+            deeper = _lowest_due(con, queue, now_ms, window)
+            if deeper is not None and (lowest is None or deeper < lowest):
+                lowest = deeper
+    if lowest is None:
+        return None
+    return tuple(job) if lowest == job[0] else _only_row(con, _SELECT_JOB, (lowest,))
+
+
+def _lowest_due(con: sqlite3.Connection, queue: str, now_ms: int, window: int) -> int | None:
+    """The lowest seq of a due row of ``queue`` (``"fresh"`` or ``"retried"``), whose
+    oldest ``window`` rows are known to be all waiting; ``None`` if none is due.
+
+    Two searches give the answer, each alone in time proportional to what it
+    reads: the head of the queue in seq order (up to the first due row), or every
+    due row by time. Both run on windows four times larger each round, so the
+    cost follows the smaller of the two: the waiting rows ahead of the first due
+    one, or the due rows.
+    """
+    while True:
+        window *= 4
+        params = {"now": now_ms, "window": window}
+        lowest: int | None
+        lowest, due = _only_row(con, _LOWEST_OF_FEW_DUE[queue], params)
+        if due < window:
+            return lowest  # every due row was read
+        (lowest,) = _only_row(con, _FIRST_DUE_IN_HEAD[queue], params)
+        if lowest is not None:
+            return lowest
 
 
 # --- 5. finish -----------------------------------------------------------------

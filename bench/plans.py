@@ -30,18 +30,21 @@ __all__ = ["Plan", "explain", "main", "render_markdown", "statements"]
 
 _STATEMENT = re.compile(r"\s*(SELECT|UPDATE|INSERT|DELETE|WITH)\b", re.IGNORECASE)
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_FULL_SCAN = re.compile(r"^SCAN (\w+)$")
+_FULL_SCAN = re.compile(r"^SCAN (jobs|redrives)$")  # a table's, not a subquery's
 
 Plan = dict[str, Any]
 
 
 def statements() -> list[tuple[str, str]]:
-    """``(name, sql)`` of every SQL statement worker.py holds as a module constant."""
-    return [
-        (name, value)
-        for name, value in vars(worker).items()
-        if isinstance(value, str) and _STATEMENT.match(value)
-    ]
+    """``(name, sql)`` of every SQL statement worker.py holds as a module constant
+    (``NAME[key]`` for each statement of a dict of them, one per pending queue)."""
+    found = []
+    for name, value in vars(worker).items():
+        texts = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, sql in texts:
+            if isinstance(sql, str) and _STATEMENT.match(sql):
+                found.append((name if key is None else f"{name}[{key}]", sql))
+    return found
 
 
 def dummy_parameters(sql: str) -> dict[str, int] | tuple[int, ...]:

@@ -371,6 +371,20 @@ def _slowpaths_table(results: dict[str, Any]) -> list[str]:
     return _table(header, rows)
 
 
+def _deep_search_table(results: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            f"{entry['ahead']:,}",
+            f"{entry['due']:,}",
+            _fmt(entry["lowest_due_ms"], 2),
+            _fmt(entry["one_pass_ms"], 2),
+        ]
+        for entry in results.get("deep_search", [])
+    ]
+    header = ["jobs enqueued ahead", "due jobs behind", "`_lowest_due` ms", "one pass by time ms"]
+    return _table(header, rows)
+
+
 def _verb(system: str, op: str) -> str:
     """A call as its system names it: ``claim`` of huey is its ``dequeue``."""
     verbs = VERBS.get(system)
@@ -454,6 +468,11 @@ def render(results: dict[str, Any]) -> str:
         "### Where claim could grow (bench.slowpaths)",
         "",
         *_slowpaths_table(results),
+        "",
+        "The deeper search alone (best of 5, read-only, no claim), beside the one pass"
+        " by time it replaced:",
+        "",
+        *_deep_search_table(results),
         "",
         "### N couriers (processes) on one file, claim+finish",
         "",

@@ -6,17 +6,27 @@ reaches, and each pairs a small case with a large one so that any growth shows:
 - ``waiting-retries``: ``WAITING_HEAD`` (100) jobs waiting for a retry (claimed, then
   finished ``retry`` with a 30 s backoff) hold the lowest seqs, and a backlog of fresh
   due jobs follows them (an outage made the oldest jobs retry later while new work piled
-  up). Retried and fresh pending rows live in separate indexes, and each queue's first
-  due row is found among its 64 oldest: flat.
+  up). Retried and fresh pending rows live in separate indexes, and the fresh queue's
+  first due row is among its 64 oldest: flat.
 - ``future-fresh``: 100 fresh jobs enqueued by a producer whose clock runs 30 s ahead
-  hold the lowest seqs, and the due backlog follows. None of the 64 oldest fresh rows is
-  due, so ``_SELECT_CLAIMABLE`` takes ``min(+seq)`` over *every* due fresh row through
-  the ``available_at`` index: a claim costs in proportion to the due backlog. The
-  contract's clocks share one time base, so this needs a producer with a skewed clock
-  (or ``now_ms`` values from the future); it is the known remaining growth.
+  (or scheduled with a ``now_ms`` from the future) hold the lowest seqs, and the due
+  backlog follows. None of the 64 oldest fresh rows is due, so ``worker._lowest_due``
+  searches further, on windows that grow fourfold: it stops at the first due row
+  (seq 101), long before reading the due backlog.
+- ``retries-behind-retries``: the same in the retried queue. 100 retries waiting 30 s
+  hold the lowest seqs, and a backlog of retries due now follows (older jobs given
+  longer backoffs than younger ones).
+- ``ahead-and-due``: the state that still grows. As many jobs enqueued 30 s ahead as
+  there are due jobs behind them: ``_lowest_due`` reads about as many index entries as
+  the smaller of the two runs (here both grow), so a claim costs in proportion to it.
 - ``last-attempt-leases``: many jobs are leased on their last attempt
   (``max_attempts=1``, so every leased job), and a backlog of due jobs waits.
   ``_QUARANTINE_EXHAUSTED_LEASED`` searches expired leases by time only: flat.
+
+``measure_deep_search`` times the search itself, ``worker._lowest_due``, on a grid of
+waiting heads and due backlogs, beside the one-pass search it replaced
+(``ONE_PASS_BY_TIME``: ``min(+seq)`` over every due row through the ``available_at``
+index), and checks that both find the same row.
 
 Each case is timed as ``bench.latency`` times a cycle: claim then finish ``ok``, p50
 over ``cycles`` cycles under ``synchronous=FULL`` and, for the statements' own cost,
@@ -25,8 +35,11 @@ with ``synchronous=OFF`` (not durable; analysis only).
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +47,7 @@ import worker
 from bench.measure import T0_MS, percentile
 from bench.rows import DUE_SINCE_MS, fill_pending
 
-__all__ = ["CASES", "measure_slowpaths"]
+__all__ = ["CASES", "DEEP_GRID", "ONE_PASS_BY_TIME", "measure_deep_search", "measure_slowpaths"]
 
 WAITING_HEAD = 100
 LEASE_MS = 60_000
@@ -43,23 +56,36 @@ BACKOFF_MS = 30_000
 CASES: tuple[tuple[str, str, tuple[int, int]], ...] = (
     ("waiting-retries", "due jobs behind 100 waiting retries", (1_000, 100_000)),
     ("future-fresh", "due jobs behind 100 jobs enqueued 30 s ahead", (1_000, 100_000)),
+    ("retries-behind-retries", "due retries behind 100 waiting retries", (1_000, 100_000)),
+    ("ahead-and-due", "jobs enqueued 30 s ahead, and as many due jobs behind", (1_000, 100_000)),
     ("last-attempt-leases", "jobs leased on their last attempt", (0, 20_000)),
 )
+# (jobs enqueued 30 s ahead, due jobs behind them)
+DEEP_GRID: tuple[tuple[int, int], ...] = (
+    (100, 100_000),
+    (1_000, 100_000),
+    (10_000, 100_000),
+    (30_000, 100_000),
+    (100_000, 100_000),
+    (100_000, 1_000),
+)
+# Before _lowest_due, claim searched every due fresh row by time once the 64 oldest
+# were all waiting: cost in proportion to the due rows, whatever the head.
+ONE_PASS_BY_TIME = """SELECT min(+seq) FROM jobs
+  WHERE status = 'pending' AND attempts = 0 AND available_at <= :now"""
 
 
 def _build(con: sqlite3.Connection, case: str, size: int, cycles: int) -> None:
     """Fill ``con`` with the state of ``case`` at ``size``."""
-    if case == "waiting-retries":
+    if case in ("waiting-retries", "retries-behind-retries"):
         fill_pending(con, WAITING_HEAD, T0_MS, prefix="wait-", ttl_ms=DUE_SINCE_MS + 120_000)
-        tickets = worker.claim_many(con, "holder", T0_MS, WAITING_HEAD, LEASE_MS)
-        retries = [{"ticket": t, "outcome": "retry", "delay_ms": BACKOFF_MS} for t in tickets]
-        if worker.finish_many(con, retries, T0_MS) != ["pending"] * WAITING_HEAD:
-            raise RuntimeError("the waiting retries were not all put back as pending")
+        _retry_all(con, WAITING_HEAD, BACKOFF_MS)
         fill_pending(con, size, T0_MS, prefix="due-")
+        if case == "retries-behind-retries":
+            _retry_all(con, size, 0)
         return
-    if case == "future-fresh":
-        events = [{"id": f"ahead-{i}", "qty": 1} for i in range(WAITING_HEAD)]
-        worker.enqueue_many(con, events, T0_MS + BACKOFF_MS, 60_000)
+    if case in ("future-fresh", "ahead-and-due"):
+        _enqueue_ahead(con, WAITING_HEAD if case == "future-fresh" else size)
         fill_pending(con, size, T0_MS, prefix="due-")
         return
     fill_pending(con, size + cycles, T0_MS, prefix="due-")
@@ -68,6 +94,30 @@ def _build(con: sqlite3.Connection, case: str, size: int, cycles: int) -> None:
         con.execute("UPDATE jobs SET max_attempts = 1")
     for _ in range(0, size, worker.MAX_BATCH):
         worker.claim_many(con, "holder", T0_MS, min(worker.MAX_BATCH, size), LEASE_MS)
+
+
+def _enqueue_ahead(con: sqlite3.Connection, count: int) -> None:
+    """Enqueue ``count`` fresh jobs with a clock 30 s ahead: pending, not yet due."""
+    for first in range(0, count, worker.MAX_BATCH):
+        events = [
+            {"id": f"ahead-{first + i}", "qty": 1}
+            for i in range(min(worker.MAX_BATCH, count - first))
+        ]
+        worker.enqueue_many(con, events, T0_MS + BACKOFF_MS, 60_000)
+
+
+def _retry_all(con: sqlite3.Connection, count: int, delay_ms: int) -> None:
+    """Claim the ``count`` oldest due jobs, then finish each ``retry`` after ``delay_ms``
+    (all claimed first: a retry due at once would be claimed again)."""
+    tickets: list[dict[str, Any]] = []
+    while len(tickets) < count:
+        limit = min(worker.MAX_BATCH, count - len(tickets))
+        tickets += worker.claim_many(con, "holder", T0_MS, limit, LEASE_MS)
+    for first in range(0, count, worker.MAX_BATCH):
+        batch = tickets[first : first + worker.MAX_BATCH]
+        retries = [{"ticket": t, "outcome": "retry", "delay_ms": delay_ms} for t in batch]
+        if worker.finish_many(con, retries, T0_MS) != ["pending"] * len(batch):
+            raise RuntimeError("the retried jobs were not all put back as pending")
 
 
 def _cycles(con: sqlite3.Connection, first: int, cycles: int) -> list[float]:
@@ -112,4 +162,52 @@ def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dic
                     "off_p50_ms": round(percentile(off, 50), 3),
                 }
             )
+    return results
+
+
+def _best_ms(search: Callable[[], object], repeats: int) -> tuple[float, object]:
+    """The fastest of ``repeats`` runs of ``search`` (ms) and what it found."""
+    best, found = math.inf, None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        found = search()
+        best = min(best, (time.perf_counter() - start) * 1000)
+    return best, found
+
+
+def _deep_search(con: sqlite3.Connection) -> object:
+    return worker._lowest_due(con, "fresh", T0_MS + 1, worker.CLAIM_HEAD_WINDOW)
+
+
+def _one_pass(con: sqlite3.Connection) -> object:
+    return con.execute(ONE_PASS_BY_TIME, {"now": T0_MS + 1}).fetchone()[0]
+
+
+def measure_deep_search(folder: Path, scale: float = 1.0, repeats: int = 5) -> list[dict[str, Any]]:
+    """``worker._lowest_due`` against ``ONE_PASS_BY_TIME`` on each state of ``DEEP_GRID``
+    (sizes times ``scale``): the best of ``repeats`` runs of each, read-only."""
+    results = []
+    for ahead, due in DEEP_GRID:
+        ahead, due = max(int(ahead * scale), 65), max(int(due * scale), 1)
+        path = folder / f"deep-search-{ahead}-{due}.sqlite"
+        con = worker.open_queue(path)
+        try:
+            _enqueue_ahead(con, ahead)
+            fill_pending(con, due, T0_MS, prefix="due-")
+            deep_ms, deep = _best_ms(partial(_deep_search, con), repeats)
+            one_ms, one = _best_ms(partial(_one_pass, con), repeats)
+        finally:
+            con.close()
+            for name in (path, Path(f"{path}-journal")):
+                name.unlink(missing_ok=True)
+        if deep != one or deep != ahead + 1:
+            raise RuntimeError(f"ahead {ahead}, due {due}: found {deep} and {one}, not {ahead + 1}")
+        results.append(
+            {
+                "ahead": ahead,
+                "due": due,
+                "lowest_due_ms": round(deep_ms, 3),
+                "one_pass_ms": round(one_ms, 3),
+            }
+        )
     return results

@@ -122,6 +122,16 @@ def test_slowpaths_time_both_sizes_of_each_case(quick_run: tuple[dict[str, Any],
         assert entry["p50_ms"] > 0 and entry["off_p50_ms"] > 0
 
 
+def test_deep_search_times_both_searches_on_the_grid(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
+    section = quick_run[0]["deep_search"]
+    assert len(section) == len(slowpaths.DEEP_GRID)
+    for entry in section:
+        assert entry["lowest_due_ms"] > 0 and entry["one_pass_ms"] > 0
+        assert entry["ahead"] > worker.CLAIM_HEAD_WINDOW, "the head must be all waiting"
+
+
 def test_couriers_report_cycles_and_lock_counts(quick_run: tuple[dict[str, Any], Path]) -> None:
     section = quick_run[0]["couriers"]
     assert [entry["processes"] for entry in section["results"]] == [1, 2]

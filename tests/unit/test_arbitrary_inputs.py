@@ -614,6 +614,18 @@ def _is_constant(node: ast.AST, constants: set[str]) -> bool:
         return _is_constant(node.value, constants)
     if isinstance(node, ast.Tuple | ast.List):
         return all(_is_constant(item, constants) for item in node.elts)
+    if isinstance(node, ast.Dict):
+        parts = [*node.keys, *node.values]
+        return all(part is not None and _is_constant(part, constants) for part in parts)
+    if isinstance(node, ast.DictComp):  # {q: f"... {q} ..." for q in CONSTANT}
+        loops = node.generators
+        bound = [node for loop in loops for node in ast.walk(loop.target)]
+        names = {node.id for node in bound if isinstance(node, ast.Name)}
+        return all(_is_constant(loop.iter, constants) for loop in loops) and all(
+            _is_constant(part, constants | names) for part in (node.key, node.value)
+        )
+    if isinstance(node, ast.Subscript):  # one of a constant collection's texts
+        return _is_constant(node.value, constants)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _is_constant(node.left, constants) and _is_constant(node.right, constants)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -721,8 +733,13 @@ def sql_sites(tree: ast.Module) -> list[SqlSite]:
 
 
 def sql_texts(sql: ast.expr, namespace: dict[str, Any]) -> list[str]:
-    """The SQL text(s) a constant expression stands for (each element of a tuple)."""
-    value = eval(compile(ast.Expression(sql), "<sql>", "eval"), namespace)
+    """The SQL text(s) a constant expression stands for (each element of a tuple;
+    for ``STATEMENTS[key]``, every value of ``STATEMENTS``)."""
+    picked = isinstance(sql, ast.Subscript)
+    container = sql.value if isinstance(sql, ast.Subscript) else sql
+    value = eval(compile(ast.Expression(container), "<sql>", "eval"), namespace)
+    if picked and isinstance(value, dict):
+        value = tuple(value.values())
     return [str(text) for text in value] if isinstance(value, tuple) else [str(value)]
 
 
@@ -744,6 +761,7 @@ def sql_problems(source: str, namespace: dict[str, Any]) -> list[str]:
         for text in sql_texts(expression, namespace):
             if PLACEHOLDER.search(text) and not site.has_parameters:
                 problems.append(f"line {site.line}: placeholders but no parameters: {text!r}")
+                break
     return problems
 
 
@@ -761,6 +779,7 @@ UNSAFE_SOURCE = """
 _BY_ID = "SELECT qty FROM jobs WHERE id = ?"
 COLUMNS = ("id", "qty")
 _ALL = f"SELECT {', '.join(COLUMNS)} FROM jobs"
+_ONE = {column: f"SELECT {column} FROM jobs WHERE id = ?" for column in COLUMNS}
 
 def _row(con, sql, params):
     return con.execute(sql, params).fetchone()
@@ -773,6 +792,9 @@ def lookups(con, job_id, table):
     con.execute("SELECT * FROM {}".format(table))               # 3: str.format
     _row(con, "SELECT * FROM " + table, ())                     # 4: concatenation
     con.execute(_BY_ID)                                         # 5: placeholder, no values
+    _row(con, _ONE[table], (job_id,))                           # fine: one of the constants
+    _row(con, {"a": "SELECT " + table}[table], ())              # 6: a dict of a value
+    con.execute(_ONE["id"])                                     # 7: placeholders, no values
 """
 
 
@@ -781,9 +803,11 @@ def test_the_sql_check_finds_sql_built_from_values() -> None:
     exec(UNSAFE_SOURCE, namespace)
     problems = sql_problems(UNSAFE_SOURCE, namespace)
     assert [problem.split(":")[0] for problem in problems] == [
-        "line 12",
         "line 13",
         "line 14",
         "line 15",
         "line 16",
+        "line 17",
+        "line 19",
+        "line 20",
     ], problems

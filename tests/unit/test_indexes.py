@@ -26,12 +26,16 @@ INDEX_NAMES = [
     "jobs_retried_by_available_at",
     "jobs_retried_by_seq",
 ]
-CLAIM_STATEMENTS = [
-    "_QUARANTINE_DEADLINE",
-    "_QUARANTINE_EXHAUSTED_PENDING",
-    "_QUARANTINE_EXHAUSTED_LEASED",
-    "_SELECT_CLAIMABLE",
-]
+CLAIM_STATEMENTS = {
+    "_QUARANTINE_DEADLINE": worker._QUARANTINE_DEADLINE,
+    "_QUARANTINE_EXHAUSTED_PENDING": worker._QUARANTINE_EXHAUSTED_PENDING,
+    "_QUARANTINE_EXHAUSTED_LEASED": worker._QUARANTINE_EXHAUSTED_LEASED,
+    "_SELECT_CLAIMABLE": worker._SELECT_CLAIMABLE,
+    "_SELECT_JOB": worker._SELECT_JOB,
+    **{f"_FIRST_DUE_IN_HEAD[{q}]": sql for q, sql in worker._FIRST_DUE_IN_HEAD.items()},
+    **{f"_HEAD_IS_FULL[{q}]": sql for q, sql in worker._HEAD_IS_FULL.items()},
+    **{f"_LOWEST_OF_FEW_DUE[{q}]": sql for q, sql in worker._LOWEST_OF_FEW_DUE.items()},
+}
 
 
 def indexes(con: sqlite3.Connection) -> list[str]:
@@ -86,9 +90,10 @@ def test_reopening_does_not_duplicate_or_rebuild_the_indexes(queue_path: Path) -
 def test_each_claim_statement_searches_an_index_never_the_whole_table(
     con: sqlite3.Connection, name: str
 ) -> None:
-    plan = [
-        row[3] for row in con.execute("EXPLAIN QUERY PLAN " + getattr(worker, name), {"now": 0})
-    ]
+    sql = CLAIM_STATEMENTS[name]
+    named = {"now": 0, "window": worker.CLAIM_HEAD_WINDOW}
+    explained = con.execute("EXPLAIN QUERY PLAN " + sql, (1,) if "?" in sql else named)
+    plan = [row[3] for row in explained]
     touching_jobs = [step for step in plan if " jobs" in step]
     assert touching_jobs, plan
     assert all("USING" in step for step in touching_jobs), plan

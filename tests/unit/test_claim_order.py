@@ -1,0 +1,177 @@
+"""Claim step 2: the lowest claimable seq wins, in every queue state and at every window.
+
+``worker`` finds that job in stages (``_next_claimable``): the oldest
+``CLAIM_HEAD_WINDOW`` rows of each pending queue (fresh, retried) and the oldest
+expired lease in one statement, then, for a queue whose head is all waiting, a
+search on windows that grow fourfold (``_lowest_due``). These tests compare its
+choice with the contract's rule written as one plain query over the whole table,
+on states built of long runs of alike rows, so that the heads fill up, the
+windows grow several times and the first due row falls on and around their edges.
+The window is a tuning knob: every value must claim the same job.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import worker
+
+NOW = 10_000
+FAR = NOW + 10**9  # a deadline that never passes in these tests
+# The contract's rule, read with no index: pending and due, or leased and expired,
+# lowest seq first.
+CLAIMABLE_IN_ORDER = """SELECT id FROM jobs NOT INDEXED
+  WHERE (status = 'pending' AND available_at <= :now)
+     OR (status = 'leased' AND lease_until <= :now)
+  ORDER BY seq LIMIT :limit"""
+INSERT = """INSERT INTO jobs (id, qty, status, attempts, max_attempts, token,
+  available_at, deadline, owner, lease_until, reason) VALUES (?, 1, ?, ?, 16, ?, ?, ?, ?, ?, ?)"""
+
+# Kinds of rows (status, attempts, time): the time is available_at for pending
+# rows and lease_until for leased ones; "due" and "expired" are claimable at NOW.
+KINDS = {
+    "fresh due": ("pending", 0, NOW),
+    "fresh due earlier": ("pending", 0, 0),
+    "fresh waiting": ("pending", 0, NOW + 1),
+    "retried due": ("pending", 2, NOW),
+    "retried due earlier": ("pending", 2, 0),
+    "retried waiting": ("pending", 1, NOW + 30_000),
+    "leased expired": ("leased", 1, NOW),
+    "leased running": ("leased", 1, NOW + 1),
+    "done": ("done", 1, NOW),
+    "dead": ("dead", 3, NOW),
+}
+# Run lengths around the window's edges: 64, 64 * 4 and 64 * 16 (and, with a window
+# of 1 or 3, their own edges), often enough to matter.
+RUN_LENGTHS = st.one_of(
+    st.sampled_from([1, 2, 3, 4, 5, 63, 64, 65, 255, 256, 257, 1023, 1024, 1025]),
+    st.integers(1, 1100),
+)
+RUNS = st.lists(st.tuples(st.sampled_from(sorted(KINDS)), RUN_LENGTHS), min_size=1, max_size=6)
+WINDOWS = st.sampled_from([64, 1, 2, 3, 5, 64, 100])
+
+
+def row_of(kind: str, number: int) -> tuple[object, ...]:
+    status, attempts, time = KINDS[kind]
+    leased = status == "leased"
+    available_at = NOW - 5 if leased or status in ("done", "dead") else time
+    return (
+        f"j{number}",
+        status,
+        attempts,
+        attempts,
+        available_at,
+        FAR,
+        "c0" if leased else None,
+        time if leased else None,
+        "retry" if status == "pending" and attempts else None,
+    )
+
+
+@contextmanager
+def queue_in(runs: list[tuple[str, int]]) -> Iterator[sqlite3.Connection]:
+    """A fresh queue file holding ``runs`` of alike rows, in seq order."""
+    with tempfile.TemporaryDirectory(prefix="claim-order-") as folder:
+        con = worker.open_queue(Path(folder) / "queue.sqlite")
+        try:
+            rows, number = [], 0
+            for kind, length in runs:
+                for _ in range(length):
+                    rows.append(row_of(kind, number))
+                    number += 1
+            con.execute("BEGIN IMMEDIATE")
+            con.executemany(INSERT, rows)
+            con.execute("COMMIT")
+            yield con
+        finally:
+            con.close()
+
+
+@contextmanager
+def head_window(window: int) -> Iterator[None]:
+    default = worker.CLAIM_HEAD_WINDOW
+    worker.CLAIM_HEAD_WINDOW = window
+    try:
+        yield
+    finally:
+        worker.CLAIM_HEAD_WINDOW = default
+
+
+def claimable_ids(con: sqlite3.Connection, limit: int) -> list[str]:
+    rows = con.execute(CLAIMABLE_IN_ORDER, {"now": NOW, "limit": limit})
+    return [str(job_id) for (job_id,) in rows]
+
+
+def claimed_id(con: sqlite3.Connection) -> str | None:
+    ticket = worker.claim(con, "c1", NOW, 1000)
+    return None if ticket is None else str(ticket["id"])
+
+
+@settings(max_examples=150)
+@given(runs=RUNS, window=WINDOWS)
+def test_claim_takes_the_lowest_claimable_seq(runs: list[tuple[str, int]], window: int) -> None:
+    with queue_in(runs) as con, head_window(window):
+        expected = claimable_ids(con, 1)
+        assert claimed_id(con) == (expected[0] if expected else None)
+
+
+@settings(max_examples=40)
+@given(runs=RUNS, window=WINDOWS, limit=st.integers(1, 70))
+def test_claim_many_takes_the_claimable_jobs_in_seq_order(
+    runs: list[tuple[str, int]], window: int, limit: int
+) -> None:
+    with queue_in(runs) as con, head_window(window):
+        expected = claimable_ids(con, limit)
+        tickets = worker.claim_many(con, "c1", NOW, limit, 1000)
+        assert [ticket["id"] for ticket in tickets] == expected
+
+
+@pytest.mark.parametrize("window", [1, 64])
+@pytest.mark.parametrize(
+    ("waiting", "due"),
+    [(63, 1), (64, 1), (65, 1), (256, 256), (257, 1), (1024, 3000), (3000, 1024), (5000, 5000)],
+)
+@pytest.mark.parametrize("queue", ["fresh", "retried"])
+def test_a_due_row_behind_a_long_waiting_head_is_found(
+    queue: str, waiting: int, due: int, window: int
+) -> None:
+    """Either search may end first: a few waiting rows and a huge due backlog, or the
+    other way round; the answer is the same first due row."""
+    runs = [(f"{queue} waiting", waiting), (f"{queue} due", due)]
+    with queue_in(runs) as con, head_window(window):
+        assert claimed_id(con) == f"j{waiting}"
+
+
+@pytest.mark.parametrize(
+    ("window", "waiting", "due_now", "due_earlier"),
+    [(1, 1, 4, 4), (64, 64, 256, 256), (64, 100, 100, 1000), (3, 20, 20, 200)],
+)
+@pytest.mark.parametrize("queue", ["fresh", "retried"])
+def test_the_lowest_due_seq_wins_over_the_earliest_due_time(
+    queue: str, window: int, waiting: int, due_now: int, due_earlier: int
+) -> None:
+    """Due rows whose time order is not their seq order, more of them than a round's
+    window: neither the first due rows by time nor the first row of a later run may
+    stand in for the lowest due seq."""
+    runs = [
+        (f"{queue} waiting", waiting),
+        (f"{queue} due", due_now),
+        (f"{queue} due earlier", due_earlier),
+    ]
+    with queue_in(runs) as con, head_window(window):
+        assert claimed_id(con) == f"j{waiting}"
+
+
+@pytest.mark.parametrize("window", [1, 64])
+def test_a_queue_with_nothing_due_claims_nothing(window: int) -> None:
+    runs = [("fresh waiting", 700), ("retried waiting", 300), ("leased running", 100)]
+    with queue_in(runs) as con, head_window(window):
+        assert claimed_id(con) is None
