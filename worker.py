@@ -40,7 +40,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "BadAck",
@@ -428,12 +428,9 @@ def _row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...] | No
 
 
 def _only_row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...]:
-    """Fetch the row that ``sql`` always yields (an aggregate, or a seq read in
-    this transaction)."""
-    row = _row(con, sql, params)
-    if row is None:
-        raise sqlite3.DatabaseError(f"no row from a statement that always has one: {sql}")
-    return row
+    """Fetch the row that ``sql`` always yields: an aggregate, or a row found
+    earlier in the same transaction."""
+    return cast(tuple[Any, ...], _row(con, sql, params))
 
 
 # --- 1. retry_delay ------------------------------------------------------------
