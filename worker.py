@@ -39,7 +39,7 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 __all__ = [
@@ -659,7 +659,7 @@ def _lease_next(
     return ticket
 
 
-def _next_claimable(con: sqlite3.Connection, now_ms: int) -> tuple[Any, ...] | None:
+def _next_claimable(con: sqlite3.Connection, now_ms: int) -> Sequence[Any] | None:
     """The row (seq, id, qty, attempts, token, deadline) of the lowest-seq job that
     is pending with ``available_at <= now_ms`` or leased with ``lease_until <=
     now_ms``; ``None`` if there is none."""
@@ -667,6 +667,8 @@ def _next_claimable(con: sqlite3.Connection, now_ms: int) -> tuple[Any, ...] | N
     params = {"now": now_ms, "window": window}
     fresh_head_waits, retried_head_waits, *job = _only_row(con, _SELECT_CLAIMABLE, params)
     lowest = job[0]
+    if not (fresh_head_waits or retried_head_waits):  # the common case
+        return None if lowest is None else job
     for queue, head_waits in (("fresh", fresh_head_waits), ("retried", retried_head_waits)):
         if head_waits:
             deeper = _lowest_due(con, queue, now_ms, window)
@@ -674,7 +676,7 @@ def _next_claimable(con: sqlite3.Connection, now_ms: int) -> tuple[Any, ...] | N
                 lowest = deeper
     if lowest is None:
         return None
-    return tuple(job) if lowest == job[0] else _only_row(con, _SELECT_JOB, (lowest,))
+    return job if lowest == job[0] else _only_row(con, _SELECT_JOB, (lowest,))
 
 
 def _lowest_due(con: sqlite3.Connection, queue: str, now_ms: int, window: int) -> int | None:
