@@ -93,7 +93,7 @@ MAX_BATCH = 1000  # items in one enqueue_many / finish_many, claim_many's limit
 
 # How many of each pending queue's oldest rows a claim reads first (a tuning
 # knob: any value from 1 up claims the same job; see _next_claimable).
-CLAIM_HEAD_WINDOW = 64
+_CLAIM_HEAD_WINDOW = 64
 
 EVENT_KEYS = frozenset({"id", "qty"})
 TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
@@ -177,7 +177,7 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
 
 # Claimable rows are "pending and due" or "leased with an expired lease"; the
 # lowest seq wins. In each pending queue the first due row is almost always
-# among its oldest :window rows (CLAIM_HEAD_WINDOW), so _SELECT_CLAIMABLE reads
+# among its oldest :window rows (_CLAIM_HEAD_WINDOW), so _SELECT_CLAIMABLE reads
 # the head of each queue and the oldest expired lease, and returns the row of
 # the lowest seq found and, for each queue, whether its head was full and all
 # waiting; only then does _lowest_due search that queue further. ``+seq`` keeps
@@ -663,7 +663,7 @@ def _next_claimable(con: sqlite3.Connection, now_ms: int) -> Sequence[Any] | Non
     """The row (seq, id, qty, attempts, token, deadline) of the lowest-seq job that
     is pending with ``available_at <= now_ms`` or leased with ``lease_until <=
     now_ms``; ``None`` if there is none."""
-    window = CLAIM_HEAD_WINDOW
+    window = _CLAIM_HEAD_WINDOW
     params = {"now": now_ms, "window": window}
     fresh_head_waits, retried_head_waits, *job = _only_row(con, _SELECT_CLAIMABLE, params)
     lowest = job[0]

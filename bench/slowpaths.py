@@ -176,7 +176,7 @@ def _best_ms(search: Callable[[], object], repeats: int) -> tuple[float, object]
 
 
 def _deep_search(con: sqlite3.Connection) -> object:
-    return worker._lowest_due(con, "fresh", T0_MS + 1, worker.CLAIM_HEAD_WINDOW)
+    return worker._lowest_due(con, "fresh", T0_MS + 1, worker._CLAIM_HEAD_WINDOW)
 
 
 def _one_pass(con: sqlite3.Connection) -> object:

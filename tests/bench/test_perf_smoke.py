@@ -129,7 +129,7 @@ def test_deep_search_times_both_searches_on_the_grid(
     assert len(section) == len(slowpaths.DEEP_GRID)
     for entry in section:
         assert entry["lowest_due_ms"] > 0 and entry["one_pass_ms"] > 0
-        assert entry["ahead"] > worker.CLAIM_HEAD_WINDOW, "the head must be all waiting"
+        assert entry["ahead"] > worker._CLAIM_HEAD_WINDOW, "the head must be all waiting"
 
 
 def test_couriers_report_cycles_and_lock_counts(quick_run: tuple[dict[str, Any], Path]) -> None:

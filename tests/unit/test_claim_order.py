@@ -1,7 +1,7 @@
 """Claim step 2: the lowest claimable seq wins, in every queue state and at every window.
 
 ``worker`` finds that job in stages (``_next_claimable``): the oldest
-``CLAIM_HEAD_WINDOW`` rows of each pending queue (fresh, retried) and the oldest
+``_CLAIM_HEAD_WINDOW`` rows of each pending queue (fresh, retried) and the oldest
 expired lease in one statement, then, for a queue whose head is all waiting, a
 search on windows that grow fourfold (``_lowest_due``). These tests compare its
 choice with the contract's rule written as one plain query over the whole table,
@@ -97,12 +97,12 @@ def queue_in(runs: list[tuple[str, int]]) -> Iterator[sqlite3.Connection]:
 
 @contextmanager
 def head_window(window: int) -> Iterator[None]:
-    default = worker.CLAIM_HEAD_WINDOW
-    worker.CLAIM_HEAD_WINDOW = window
+    default = worker._CLAIM_HEAD_WINDOW
+    worker._CLAIM_HEAD_WINDOW = window
     try:
         yield
     finally:
-        worker.CLAIM_HEAD_WINDOW = default
+        worker._CLAIM_HEAD_WINDOW = default
 
 
 def claimable_ids(con: sqlite3.Connection, limit: int) -> list[str]:
