@@ -16,27 +16,41 @@ from pathlib import Path
 
 from bench.measure import Timed, pragmas, run_counted
 
-__all__ = ["bare_transactions", "raw_fsync"]
+__all__ = ["bare_connection", "bare_transaction", "bare_transactions", "raw_fsync"]
 
 PAGE = b"\0" * 4096
 
 
-def bare_transactions(
-    folder: Path, count: int, max_seconds: float, journal: str = "DELETE", sync: str = "FULL"
-) -> tuple[Timed, tuple[str, str]]:
-    """Time ``count`` one-row write transactions; return the figure and the pragmas read back."""
-    path = folder / f"bare-{journal.lower()}-{sync.lower()}.sqlite"
+def bare_connection(path: Path, journal: str = "DELETE", sync: str = "FULL") -> sqlite3.Connection:
+    """A fresh file holding one row, on a connection in the given journal and sync modes."""
     con = sqlite3.connect(path, timeout=1, isolation_level=None)
     try:
         con.execute(f"PRAGMA journal_mode={journal}").fetchall()
         con.execute(f"PRAGMA synchronous={sync}")
         con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
         con.execute("INSERT INTO t VALUES (1, 0)")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def bare_transaction(con: sqlite3.Connection) -> None:
+    """One limit transaction on a ``bare_connection``: update its one row and commit."""
+    con.execute("BEGIN IMMEDIATE")
+    con.execute("UPDATE t SET n = n + 1 WHERE id = 1")
+    con.execute("COMMIT")
+
+
+def bare_transactions(
+    folder: Path, count: int, max_seconds: float, journal: str = "DELETE", sync: str = "FULL"
+) -> tuple[Timed, tuple[str, str]]:
+    """Time ``count`` one-row write transactions; return the figure and the pragmas read back."""
+    con = bare_connection(folder / f"bare-{journal.lower()}-{sync.lower()}.sqlite", journal, sync)
+    try:
 
         def step(_: int) -> int:
-            con.execute("BEGIN IMMEDIATE")
-            con.execute("UPDATE t SET n = n + 1 WHERE id = 1")
-            con.execute("COMMIT")
+            bare_transaction(con)
             return 1
 
         return run_counted(step, count, max_seconds), pragmas(con)

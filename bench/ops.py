@@ -23,17 +23,31 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import worker
 from bench.measure import T0_MS, Timed, run_counted
 from bench.rows import fill_pending
 
-__all__ = ["OWNER", "PHASES", "batch_available", "worker_batch", "worker_single"]
+__all__ = [
+    "CYCLE_T0_MS",
+    "LEASE_MS",
+    "OWNER",
+    "PHASES",
+    "TTL_MS",
+    "SingleCalls",
+    "Steps",
+    "batch_available",
+    "event",
+    "run_phases",
+    "worker_batch",
+    "worker_single",
+]
 
 OWNER = "bench"
 TTL_MS = 60_000
 LEASE_MS = 60_000
+CYCLE_T0_MS = T0_MS + 10  # the cycles' "now": after the phases before them
 PHASES = ("enqueue", "claim", "finish", "cycle")
 
 
@@ -42,13 +56,87 @@ def batch_available() -> bool:
     return all(hasattr(worker, name) for name in ("enqueue_many", "claim_many", "finish_many"))
 
 
-def _event(i: int) -> dict[str, Any]:
+def event(i: int) -> dict[str, Any]:
+    """The ``i``-th new job of a phase: id ``job-%08d`` and a qty of 1-1000."""
     return {"id": f"job-{i:08d}", "qty": 1 + i % 1000}
 
 
 def _expect(what: str, got: object, expected: object) -> None:
     if got != expected:
         raise RuntimeError(f"{what}: expected {expected!r}, got {got!r}")
+
+
+class Phase(Protocol):
+    """What ``run_phases`` reads of a phase's figure: the jobs it really handled."""
+
+    @property
+    def count(self) -> int: ...
+
+
+class Steps(Protocol):
+    """One step of each phase, ``step(i) -> jobs``, on one queue file, result checked."""
+
+    def enqueue(self, i: int) -> int: ...
+    def claim(self, i: int) -> int: ...
+    def finish(self, i: int) -> int: ...
+    def fill_for_cycle(self, count: int) -> None: ...
+    def cycle(self, i: int) -> int: ...
+
+
+FigureT = TypeVar("FigureT", bound=Phase)
+
+
+def run_phases(
+    steps: Steps, count: int, timer: Callable[[str, Callable[[int], int], int], FigureT]
+) -> dict[str, FigureT]:
+    """Time the phases in ``PHASES`` order, ``timer(phase, step, n)`` each.
+
+    Each phase runs as many steps as the one before it really did (a loop bounded in
+    time may stop early): a claim per enqueued job, a finish per ticket; then
+    ``fill_for_cycle`` adds ``count`` due jobs, untimed, for the cycles.
+    """
+    figures = {"enqueue": timer("enqueue", steps.enqueue, count)}
+    figures["claim"] = timer("claim", steps.claim, figures["enqueue"].count)
+    figures["finish"] = timer("finish", steps.finish, figures["claim"].count)
+    steps.fill_for_cycle(count)
+    figures["cycle"] = timer("cycle", steps.cycle, count)
+    return figures
+
+
+class SingleCalls:
+    """worker.py's single calls as ``Steps``: enqueue the ``i``-th new job, claim the
+    oldest, finish the ``i``-th ticket ``ok``; a cycle is a claim and a finish, each
+    at its own millisecond."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+        self.tickets: list[dict[str, Any]] = []
+
+    def enqueue(self, i: int) -> int:
+        _expect("enqueue", worker.enqueue(self.con, event(i), T0_MS, TTL_MS), True)
+        return 1
+
+    def claim(self, _: int) -> int:
+        ticket = worker.claim(self.con, OWNER, T0_MS + 1, LEASE_MS)
+        if ticket is None:
+            raise RuntimeError("claim found no job")
+        self.tickets.append(ticket)
+        return 1
+
+    def finish(self, i: int) -> int:
+        _expect("finish", worker.finish(self.con, self.tickets[i], "ok", T0_MS + 2), "done")
+        return 1
+
+    def fill_for_cycle(self, count: int) -> None:
+        fill_pending(self.con, count, CYCLE_T0_MS, prefix="cycle-")
+
+    def cycle(self, i: int) -> int:
+        now = CYCLE_T0_MS + 2 * i
+        ticket = worker.claim(self.con, OWNER, now, LEASE_MS)
+        if ticket is None:
+            raise RuntimeError("claim found no job")
+        _expect("finish", worker.finish(self.con, ticket, "ok", now + 1), "done")
+        return 1
 
 
 def worker_single(
@@ -63,46 +151,12 @@ def worker_single(
     con = worker.open_queue(path)
     if without_sync:
         con.execute("PRAGMA synchronous=OFF")
-    tickets: list[dict[str, Any]] = []
     try:
-
-        def enqueue(i: int) -> int:
-            _expect("enqueue", worker.enqueue(con, _event(i), T0_MS, TTL_MS), True)
-            return 1
-
-        def claim(_: int) -> int:
-            ticket = worker.claim(con, OWNER, T0_MS + 1, LEASE_MS)
-            if ticket is None:
-                raise RuntimeError("claim found no job")
-            tickets.append(ticket)
-            return 1
-
-        def finish(i: int) -> int:
-            _expect("finish", worker.finish(con, tickets[i], "ok", T0_MS + 2), "done")
-            return 1
-
-        figures = {"enqueue": run_counted(enqueue, count, max_seconds)}
-        figures["claim"] = run_counted(claim, figures["enqueue"].count, max_seconds)
-        figures["finish"] = run_counted(finish, len(tickets), max_seconds)
-        fill_pending(con, count, T0_MS + 10, prefix="cycle-")
-        figures["cycle"] = run_counted(_single_cycle(con), count, max_seconds)
-        return figures
+        return run_phases(
+            SingleCalls(con), count, lambda _, step, n: run_counted(step, n, max_seconds)
+        )
     finally:
         con.close()
-
-
-def _single_cycle(con: sqlite3.Connection) -> Callable[[int], int]:
-    """One claim and one finish per step, each at its own millisecond."""
-
-    def cycle(i: int) -> int:
-        now = T0_MS + 10 + 2 * i
-        ticket = worker.claim(con, OWNER, now, LEASE_MS)
-        if ticket is None:
-            raise RuntimeError("claim found no job")
-        _expect("finish", worker.finish(con, ticket, "ok", now + 1), "done")
-        return 1
-
-    return cycle
 
 
 def worker_batch(path: Path, batches: int, size: int, max_seconds: float) -> dict[str, Timed]:
@@ -112,7 +166,7 @@ def worker_batch(path: Path, batches: int, size: int, max_seconds: float) -> dic
     try:
 
         def enqueue_many(b: int) -> int:
-            events = [_event(b * size + k) for k in range(size)]
+            events = [event(b * size + k) for k in range(size)]
             _expect("enqueue_many", worker.enqueue_many(con, events, T0_MS, TTL_MS), [True] * size)
             return size
 
@@ -131,7 +185,7 @@ def worker_batch(path: Path, batches: int, size: int, max_seconds: float) -> dic
         figures = {"enqueue": run_counted(enqueue_many, batches, max_seconds)}
         figures["claim"] = run_counted(claim_many, figures["enqueue"].count // size, max_seconds)
         figures["finish"] = run_counted(finish_many, len(tickets) // size, max_seconds)
-        fill_pending(con, batches * size, T0_MS + 10, prefix="cycle-")
+        fill_pending(con, batches * size, CYCLE_T0_MS, prefix="cycle-")
         figures["cycle"] = run_counted(_batch_cycle(con, size), batches, max_seconds)
         return figures
     finally:
@@ -142,7 +196,7 @@ def _batch_cycle(con: sqlite3.Connection, size: int) -> Callable[[int], int]:
     """One claim_many and one finish_many of ``size`` jobs per step."""
 
     def cycle(i: int) -> int:
-        now = T0_MS + 10 + 2 * i
+        now = CYCLE_T0_MS + 2 * i
         tickets = worker.claim_many(con, OWNER, now, size, LEASE_MS)
         _expect("claim_many tickets", len(tickets), size)
         results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]

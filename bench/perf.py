@@ -1,6 +1,6 @@
 """The performance benchmark: worker.py against the disk's limit and against its peers.
 
-    python -m bench.perf                                   # the full run (about 2 minutes)
+    python -m bench.perf                                   # the full run (about 3 minutes)
     python -m bench.perf --quick                           # a smoke run (seconds)
     python -m bench.perf --json docs/performance.json --chart docs/performance.png
     python -m bench.perf --render docs/performance.json    # the tables of a recorded run
@@ -18,12 +18,16 @@ after the tables). The sections, in the order they run:
 3. ``peers``: persist-queue, litequeue and huey doing the same work in their default
    modes, with the journal mode and synchronous setting read back from their own
    connections (``bench.peers``).
-4. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
+4. ``paired``: each single call beside the limit, one limit transaction then one call,
+   in three layers: the call's write statement alone on the contract's two tables, the
+   same with worker.py's indexes, and the call itself (``bench.paired``). The goal of
+   0.9 of the limit is judged on these ratios.
+5. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
    created by someone else with only the contract's two tables (``bench.latency``);
    ``slowpaths``: other queue states where claim's cost could grow (``bench.slowpaths``).
-5. ``couriers``: N processes on one file, cycles/s and lock timeouts (``bench.couriers``).
-6. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
-7. ``plans``: EXPLAIN QUERY PLAN of every statement in worker.py (``bench.plans``).
+6. ``couriers``: N processes on one file, cycles/s and lock timeouts (``bench.couriers``).
+7. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
+8. ``plans``: EXPLAIN QUERY PLAN of every statement in worker.py (``bench.plans``).
 
 Sections 1-3 run ``--rounds`` times (5 by default), one after the other (limit,
 worker, peers; limit, worker, peers; ...), and each figure is its median round (every
@@ -56,12 +60,34 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench import chart, couriers, latency, limits, ops, peers, plans, report, slowpaths, syncs
+from bench import (
+    chart,
+    couriers,
+    latency,
+    limits,
+    ops,
+    paired,
+    peers,
+    plans,
+    report,
+    slowpaths,
+    syncs,
+)
 from bench.measure import median_of_rounds
 
 __all__ = ["SECTIONS", "Settings", "main", "run"]
 
-SECTIONS = ("limit", "worker", "peers", "latency", "slowpaths", "couriers", "syncs", "plans")
+SECTIONS = (
+    "limit",
+    "worker",
+    "peers",
+    "paired",
+    "latency",
+    "slowpaths",
+    "couriers",
+    "syncs",
+    "plans",
+)
 DEFAULT_ROWS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_ROWS = (1_000, 2_000)
 # DELETE+FULL is the limit; the others are context: what WAL would change, and what a
@@ -208,6 +234,19 @@ def section_peers(folder: Path, settings: Settings, log: Callable[[str], None]) 
             )
         else:
             log(f"peer {name}: not installed")
+    return out
+
+
+def section_paired(folder: Path, settings: Settings, log: Callable[[str], None]) -> dict[str, Any]:
+    """Each single call beside the limit, transaction by transaction, in three layers."""
+    here = folder / "paired"
+    here.mkdir()
+    try:
+        out = paired.measure(here, settings.count, settings.max_seconds)
+    finally:
+        shutil.rmtree(here, ignore_errors=True)
+    for layer, figures in out.items():
+        log(f"paired, {layer}: " + ", ".join(f"{k} {v['ratio']:.3f}" for k, v in figures.items()))
     return out
 
 
@@ -359,6 +398,8 @@ def run(
         }
     }
     results.update(_rounds(folder, settings, sections, log))
+    if "paired" in sections:
+        results["paired"] = section_paired(folder, settings, log)
     if "latency" in sections:
         results["latency"], results["foreign_file"] = section_latency(folder, settings, log)
     if "slowpaths" in sections:

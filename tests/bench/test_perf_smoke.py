@@ -10,16 +10,18 @@ file runs in well under 30 seconds.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import worker
-from bench import latency, peers, plans, report, rows, slowpaths, syncs
-from bench.measure import T0_MS, percentile, run_counted
+from bench import latency, ops, paired, peers, plans, report, rows, slowpaths, syncs
+from bench.measure import T0_MS, Timed, percentile, run_counted
 from bench.perf import QUICK_ROWS, SECTIONS
 from courier.procs import project_root
 
@@ -78,6 +80,18 @@ def test_worker_figures_count_every_phase(quick_run: tuple[dict[str, Any], Path]
         _positive_figure(section["batch"][phase])
     assert section["batch"]["size"] == 64
     assert section["batch"]["cycle"]["count"] % 64 == 0
+
+
+def test_paired_measures_every_layer_and_phase(quick_run: tuple[dict[str, Any], Path]) -> None:
+    section = quick_run[0]["paired"]
+    assert list(section) == list(paired.LAYERS)
+    for figures in section.values():
+        assert list(figures) == list(PHASES)
+        for phase, figure in figures.items():
+            assert figure["count"] > 0
+            assert figure["tx_per_step"] == (2 if phase == "cycle" else 1)
+            assert figure["limit_us_per_tx"] > 0 and figure["case_us_per_tx"] > 0
+            assert figure["ratio"] > 0
 
 
 def test_peers_are_measured_or_marked_not_installed(
@@ -262,6 +276,70 @@ def test_goals_are_judged_from_the_figures_of_the_run() -> None:
     assert goals["latency, history: p50 at 1M rows <= 1.3x p50 at 1k"]["met"] is None
     assert goals["batch 64 claim+finish cycle: >= 10.0x the single cycle"]["met"] is True
     assert goals["batch 64 enqueue ahead of every peer's enqueue"]["met"] is False
+
+
+def test_single_goals_come_from_the_paired_calls_with_the_contract_ceiling() -> None:
+    def layer(ratio: float) -> dict[str, Any]:
+        return {p: {"ratio": ratio} for p in PHASES}
+
+    results = {
+        "limit": {"bare": {"DELETE+FULL": {"per_s": 1000.0}}},
+        "worker": {"single": {p: {"per_s": 950.0} for p in PHASES}},
+        "paired": {"contract": layer(0.85), "indexed": layer(0.8), "worker": layer(0.7)},
+    }
+    goals = {g["goal"]: g for g in report.judge_goals(results)}
+    goal = goals["single enqueue: >= 0.9 of the limit"]
+    assert (goal["figure"], goal["met"], goal["contract_ceiling"]) == (0.7, False, 0.85)
+
+
+def _rows_after_each_phase(
+    steps: ops.Steps, con: sqlite3.Connection, count: int
+) -> dict[str, list[tuple[Any, ...]]]:
+    snapshots: dict[str, list[tuple[Any, ...]]] = {}
+
+    def timer(phase: str, step: Callable[[int], int], n: int) -> Timed:
+        figure = run_counted(step, n, 60.0)
+        snapshots[phase] = list(con.execute("SELECT * FROM jobs ORDER BY seq"))
+        return figure
+
+    ops.run_phases(steps, count, timer)
+    return snapshots
+
+
+def test_the_write_statements_write_what_the_calls_write(tmp_path: Path) -> None:
+    """The ``contract`` and ``indexed`` layers time the very rows the calls produce."""
+    count = 7
+    calls = worker.open_queue(tmp_path / "calls.sqlite")
+    written = worker.open_queue(tmp_path / "written.sqlite")
+    try:
+        expected = _rows_after_each_phase(ops.SingleCalls(calls), calls, count)
+        got = _rows_after_each_phase(paired.WriteStatements(written), written, count)
+    finally:
+        calls.close()
+        written.close()
+    assert list(expected) == list(PHASES)
+    statuses = {phase: {row[3] for row in rows} for phase, rows in expected.items()}
+    assert statuses == {
+        "enqueue": {"pending"},
+        "claim": {"leased"},
+        "finish": {"done"},
+        "cycle": {"done"},
+    }
+    assert len(expected["cycle"]) == 2 * count
+    assert got == expected
+
+
+def test_paired_steps_run_the_limit_before_each_step_and_stop_in_time() -> None:
+    calls: list[str] = []
+
+    def step(i: int) -> int:
+        calls.append(f"step {i}")
+        return 1
+
+    figure = paired.paired_steps(lambda: calls.append("limit"), step, 2, 3, 60.0)
+    assert calls == [entry for i in range(3) for entry in ("limit", "limit", f"step {i}")]
+    assert (figure.count, figure.tx) == (3, 2)
+    assert paired.paired_steps(lambda: None, step, 1, 50, 0.0).count == 1
 
 
 def test_timing_helpers_count_jobs_and_rank_percentiles() -> None:
