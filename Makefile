@@ -29,7 +29,7 @@ MINUTES ?= 5
 fuzz: $(STAMP)
 	$(PY) -m tests.stateful.fuzz --minutes $(MINUTES)
 
-## bench: the performance benchmark (about 2 min; never on tmpfs), see docs/performance.md
+## bench: the performance benchmark (about 3 min; never on tmpfs), see docs/performance.md
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
