@@ -94,6 +94,10 @@ MAX_BATCH = 1000  # items in one enqueue_many / finish_many, claim_many's limit
 # How many of each pending queue's oldest rows a claim reads first (a tuning
 # knob: any value from 1 up claims the same job; see _next_claimable).
 _CLAIM_HEAD_WINDOW = 64
+# The bounds of a seq (SQLite's 64-bit integers): a queue's head read "from
+# _FIRST_SEQ" is the whole queue, "from _LAST_SEQ" at most one row.
+_FIRST_SEQ = -(2**63)
+_LAST_SEQ = 2**63 - 1
 
 EVENT_KEYS = frozenset({"id", "qty"})
 TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
@@ -180,20 +184,23 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
 # among its oldest :window rows (_CLAIM_HEAD_WINDOW), so _SELECT_CLAIMABLE reads
 # the head of each queue and the oldest expired lease, and returns the row of
 # the lowest seq found and, for each queue, whether its head was full and all
-# waiting; only then does _lowest_due search that queue further. ``+seq`` keeps
-# the planner on the time indexes.
+# waiting; only then does _lowest_due search that queue further. A queue's head
+# starts at :fresh_from or :retried_from: below it every row of that queue is
+# known to be waiting (_FIRST_SEQ when nothing is known). ``+seq`` keeps the
+# planner on the time indexes.
 
-# The lowest due seq among a queue's oldest :window rows.
+# The lowest due seq among a queue's oldest :window rows from :<queue>_from on.
 _FIRST_DUE_IN_HEAD = {
     queue: f"""SELECT min(seq) FROM (
-    SELECT seq, available_at FROM jobs WHERE {where} ORDER BY seq LIMIT :window)
+    SELECT seq, available_at FROM jobs WHERE {where} AND seq >= :{queue}_from
+    ORDER BY seq LIMIT :window)
   WHERE available_at <= :now"""
     for queue, where in _PENDING_QUEUES
 }
-# Whether the queue has at least :window rows.
+# Whether the queue has at least :window rows from :<queue>_from on.
 _HEAD_IS_FULL = {
     queue: f"""SELECT count(*) = :window FROM (
-    SELECT 1 FROM jobs WHERE {where} LIMIT :window)"""
+    SELECT 1 FROM jobs WHERE {where} AND seq >= :{queue}_from LIMIT :window)"""
     for queue, where in _PENDING_QUEUES
 }
 _SELECT_CLAIMABLE = f"""SELECT
@@ -585,7 +592,7 @@ def claim(
     fault = _optional_hook(fault)
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
-        ticket = _lease_next(con, owner, now_ms, lease_ms)
+        ticket = _lease_next(con, owner, now_ms, lease_ms, _nothing_known())
         if ticket is None:
             return None
         hooks.reached("after-claim")
@@ -621,8 +628,9 @@ def claim_many(
     tickets: list[dict[str, Any]] = []
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
+        starts = _nothing_known()  # what one search learns, the next one skips
         while len(tickets) < limit:
-            ticket = _lease_next(con, owner, now_ms, lease_ms)
+            ticket = _lease_next(con, owner, now_ms, lease_ms, starts)
             if ticket is None:
                 break
             tickets.append(ticket)
@@ -640,10 +648,10 @@ def _quarantine(con: sqlite3.Connection, now_ms: int) -> None:
 
 
 def _lease_next(
-    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int
+    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int, starts: dict[str, int]
 ) -> dict[str, Any] | None:
     """Steps 2-3 of a claim: lease the lowest-seq claimable job; its ticket or ``None``."""
-    job = _next_claimable(con, now_ms)
+    job = _next_claimable(con, now_ms, starts)
     if job is None:
         return None
     seq, job_id, qty, attempts, token, deadline = job
@@ -659,19 +667,35 @@ def _lease_next(
     return ticket
 
 
-def _next_claimable(con: sqlite3.Connection, now_ms: int) -> Sequence[Any] | None:
+def _nothing_known() -> dict[str, int]:
+    """The ``starts`` of a first search: no row of either pending queue known waiting."""
+    return {queue: _FIRST_SEQ for queue, _ in _PENDING_QUEUES}
+
+
+def _next_claimable(
+    con: sqlite3.Connection, now_ms: int, starts: dict[str, int]
+) -> Sequence[Any] | None:
     """The row (seq, id, qty, attempts, token, deadline) of the lowest-seq job that
     is pending with ``available_at <= now_ms`` or leased with ``lease_until <=
-    now_ms``; ``None`` if there is none."""
+    now_ms``; ``None`` if there is none.
+
+    ``starts`` maps each pending queue to a seq below which every row of that
+    queue is known to be waiting at ``now_ms``. A deeper search raises it to
+    what it found, so that the next search in the same transaction
+    (``claim_many``) does not read those waiting rows again. That stays true
+    until the transaction ends: at a fixed ``now_ms`` no row turns due, and a
+    lease only takes a row out of its queue.
+    """
     window = _CLAIM_HEAD_WINDOW
-    params = {"now": now_ms, "window": window}
+    params = {"now": now_ms, "window": window, **_head_starts(starts)}
     fresh_head_waits, retried_head_waits, *job = _only_row(con, _SELECT_CLAIMABLE, params)
     lowest = job[0]
     if not (fresh_head_waits or retried_head_waits):  # the common case
         return None if lowest is None else job
     for queue, head_waits in (("fresh", fresh_head_waits), ("retried", retried_head_waits)):
         if head_waits:
-            deeper = _lowest_due(con, queue, now_ms, window)
+            deeper = _lowest_due(con, queue, now_ms, window, starts[queue])
+            starts[queue] = _LAST_SEQ if deeper is None else deeper
             if deeper is not None and (lowest is None or deeper < lowest):
                 lowest = deeper
     if lowest is None:
@@ -679,19 +703,27 @@ def _next_claimable(con: sqlite3.Connection, now_ms: int) -> Sequence[Any] | Non
     return job if lowest == job[0] else _only_row(con, _SELECT_JOB, (lowest,))
 
 
-def _lowest_due(con: sqlite3.Connection, queue: str, now_ms: int, window: int) -> int | None:
+def _head_starts(starts: dict[str, int]) -> dict[str, int]:
+    """``starts`` as the statements' parameters ``:fresh_from`` and ``:retried_from``."""
+    return {f"{queue}_from": start for queue, start in starts.items()}
+
+
+def _lowest_due(
+    con: sqlite3.Connection, queue: str, now_ms: int, window: int, start: int
+) -> int | None:
     """The lowest seq of a due row of ``queue`` (``"fresh"`` or ``"retried"``), whose
-    oldest ``window`` rows are known to be all waiting; ``None`` if none is due.
+    rows below ``start`` and oldest ``window`` rows from ``start`` on are known to
+    be all waiting; ``None`` if none is due.
 
     Two searches give the answer, each alone in time proportional to what it
-    reads: the head of the queue in seq order (up to the first due row), or every
-    due row by time. Both run on windows four times larger each round, so the
-    cost follows the smaller of the two: the waiting rows ahead of the first due
-    one, or the due rows.
+    reads: the head of the queue in seq order from ``start`` (up to the first
+    due row), or every due row by time. Both run on windows four times larger
+    each round, so the cost follows the smaller of the two: the waiting rows
+    ahead of the first due one, or the due rows.
     """
     while True:
         window *= 4
-        params = {"now": now_ms, "window": window}
+        params = {"now": now_ms, "window": window, f"{queue}_from": start}
         lowest: int | None
         lowest, due = _only_row(con, _LOWEST_OF_FEW_DUE[queue], params)
         if due < window:

@@ -408,10 +408,12 @@ def _slowpaths_table(results: dict[str, Any]) -> list[str]:
             f"{entry['size']:,}",
             _fmt(entry["p50_ms"], 2),
             _fmt(entry["off_p50_ms"], 3),
+            _fmt(entry.get("batch_p50_ms"), 2),
         ]
         for entry in results.get("slowpaths", [])
     ]
     header = ["case", "what grows", "how many", "claim+finish p50 ms", "p50 ms, sync OFF"]
+    header.append("batch of 64 (claim_many + finish_many), ms")
     return _table(header, rows)
 
 

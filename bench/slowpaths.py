@@ -30,7 +30,9 @@ index), and checks that both find the same row.
 
 Each case is timed as ``bench.latency`` times a cycle: claim then finish ``ok``, p50
 over ``cycles`` cycles under ``synchronous=FULL`` and, for the statements' own cost,
-with ``synchronous=OFF`` (not durable; analysis only).
+with ``synchronous=OFF`` (not durable; analysis only). Between the two, ``BATCHES``
+batches of ``BATCH_SIZE`` (``claim_many`` then ``finish_many``, under FULL) show what
+the state costs a batch: the median batch, in ms.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ from bench.rows import DUE_SINCE_MS, fill_pending
 __all__ = ["CASES", "DEEP_GRID", "ONE_PASS_BY_TIME", "measure_deep_search", "measure_slowpaths"]
 
 WAITING_HEAD = 100
+BATCHES = 3
+BATCH_SIZE = 64
 LEASE_MS = 60_000
 BACKOFF_MS = 30_000
 # (case, size of what grows, small and large)
@@ -75,8 +79,9 @@ ONE_PASS_BY_TIME = """SELECT min(+seq) FROM jobs
   WHERE status = 'pending' AND attempts = 0 AND available_at <= :now"""
 
 
-def _build(con: sqlite3.Connection, case: str, size: int, cycles: int) -> None:
-    """Fill ``con`` with the state of ``case`` at ``size``."""
+def _build(con: sqlite3.Connection, case: str, size: int, consumed: int) -> None:
+    """Fill ``con`` with the state of ``case`` at ``size`` (and ``consumed`` more due
+    jobs in ``last-attempt-leases``, whose size counts leases)."""
     if case in ("waiting-retries", "retries-behind-retries"):
         fill_pending(con, WAITING_HEAD, T0_MS, prefix="wait-", ttl_ms=DUE_SINCE_MS + 120_000)
         _retry_all(con, WAITING_HEAD, BACKOFF_MS)
@@ -88,7 +93,7 @@ def _build(con: sqlite3.Connection, case: str, size: int, cycles: int) -> None:
         _enqueue_ahead(con, WAITING_HEAD if case == "future-fresh" else size)
         fill_pending(con, size, T0_MS, prefix="due-")
         return
-    fill_pending(con, size + cycles, T0_MS, prefix="due-")
+    fill_pending(con, size + consumed, T0_MS, prefix="due-")
     with con:
         con.execute("BEGIN IMMEDIATE")
         con.execute("UPDATE jobs SET max_attempts = 1")
@@ -134,20 +139,39 @@ def _cycles(con: sqlite3.Connection, first: int, cycles: int) -> list[float]:
     return samples
 
 
+def _batches(con: sqlite3.Connection, first: int) -> list[float]:
+    """Time ``BATCHES`` claim_many+finish_many batches of ``BATCH_SIZE`` (ms), each checked."""
+    samples = []
+    for i in range(first, first + BATCHES):
+        now = T0_MS + 1 + 2 * i
+        start = time.perf_counter()
+        tickets = worker.claim_many(con, "slowpath", now, BATCH_SIZE, LEASE_MS)
+        results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]
+        statuses = worker.finish_many(con, results, now + 1)
+        samples.append((time.perf_counter() - start) * 1000)
+        due = [t["id"].startswith("due-") for t in tickets]
+        if due != [True] * BATCH_SIZE or statuses != ["done"] * BATCH_SIZE:
+            raise RuntimeError(f"batch {i}: {BATCH_SIZE} due jobs expected, got {tickets!r}")
+    return samples
+
+
 def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dict[str, Any]]:
-    """p50 of claim+finish for each case at its small and its large size (times ``scale``)."""
+    """p50 of claim+finish for each case at its small and its large size (times ``scale``),
+    and the median batch."""
     results = []
+    consumed = 2 * cycles + BATCHES * BATCH_SIZE  # due jobs the timed work takes
     for case, what, sizes in CASES:
         for size in (int(size * scale) for size in sizes):
             if case != "last-attempt-leases":
-                size = max(size, 2 * cycles)
+                size = max(size, consumed)
             path = folder / f"slowpath-{case}-{size}.sqlite"
             con = worker.open_queue(path)
             try:
-                _build(con, case, size, 2 * cycles)
+                _build(con, case, size, consumed)
                 full = _cycles(con, 0, cycles)
+                batches = _batches(con, cycles)
                 con.execute("PRAGMA synchronous=OFF")
-                off = _cycles(con, cycles, cycles)
+                off = _cycles(con, cycles + BATCHES, cycles)
             finally:
                 con.close()
                 for name in (path, Path(f"{path}-journal")):
@@ -160,6 +184,8 @@ def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dic
                     "cycles": cycles,
                     "p50_ms": round(percentile(full, 50), 3),
                     "off_p50_ms": round(percentile(off, 50), 3),
+                    "batch_size": BATCH_SIZE,
+                    "batch_p50_ms": round(percentile(batches, 50), 2),
                 }
             )
     return results
@@ -176,7 +202,8 @@ def _best_ms(search: Callable[[], object], repeats: int) -> tuple[float, object]
 
 
 def _deep_search(con: sqlite3.Connection) -> object:
-    return worker._lowest_due(con, "fresh", T0_MS + 1, worker._CLAIM_HEAD_WINDOW)
+    start = worker._nothing_known()["fresh"]
+    return worker._lowest_due(con, "fresh", T0_MS + 1, worker._CLAIM_HEAD_WINDOW, start)
 
 
 def _one_pass(con: sqlite3.Connection) -> object:

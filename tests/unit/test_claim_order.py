@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -175,3 +175,64 @@ def test_a_queue_with_nothing_due_claims_nothing(window: int) -> None:
     runs = [("fresh waiting", 700), ("retried waiting", 300), ("leased running", 100)]
     with queue_in(runs) as con, head_window(window):
         assert claimed_id(con) is None
+
+
+def deeper_searches(con: sqlite3.Connection, claim: Callable[[], object]) -> int:
+    """How many statements of ``_lowest_due`` (beyond the heads) ``claim()`` ran.
+
+    The trace shows each statement with its parameters filled in, so a statement
+    is known by its text up to its first parameter.
+    """
+    deeper = [*worker._LOWEST_OF_FEW_DUE.values(), *worker._FIRST_DUE_IN_HEAD.values()]
+    prefixes = tuple(statement.split(":")[0] for statement in deeper)
+    ran: list[str] = []
+    con.set_trace_callback(ran.append)
+    try:
+        claim()
+    finally:
+        con.set_trace_callback(None)
+    return sum(statement.startswith(prefixes) for statement in ran)
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [("fresh waiting", 300), ("fresh due", 100)],
+        [("fresh waiting", 3000), ("fresh due", 3000)],
+        [("retried waiting", 300), ("retried due", 100)],
+        [("retried waiting", 3000), ("retried due", 3000)],
+        [("fresh waiting", 3000), ("retried due", 100)],  # nothing due in the searched queue
+        [("retried waiting", 3000), ("fresh due", 100)],
+    ],
+)
+def test_a_batch_searches_a_long_waiting_head_once(runs: list[tuple[str, int]]) -> None:
+    """claim_many goes on from where its last search stopped: the waiting rows it has
+    read are not read again for each job it leases."""
+    with queue_in(runs) as con:
+        one = deeper_searches(con, lambda: worker.claim(con, "c1", NOW, 1000))
+    with queue_in(runs) as con:
+        batch = deeper_searches(con, lambda: worker.claim_many(con, "c1", NOW, 64, 1000))
+        expected = claimable_ids(con, 3)
+        assert [t["id"] for t in worker.claim_many(con, "c2", NOW, 3, 1000)] == expected
+    assert one > 0
+    assert batch == one
+
+
+@pytest.mark.parametrize("window", [1, 3, 64])
+def test_a_batch_takes_due_rows_between_long_waiting_runs(window: int) -> None:
+    runs = [
+        ("fresh waiting", 300),
+        ("fresh due", 2),
+        ("retried waiting", 100),
+        ("fresh waiting", 700),
+        ("leased expired", 1),
+        ("fresh due", 3),
+        ("retried due", 1),
+        ("fresh waiting", 260),
+        ("fresh due", 1),
+    ]
+    with queue_in(runs) as con, head_window(window):
+        expected = claimable_ids(con, 20)
+        tickets = worker.claim_many(con, "c1", NOW, 20, 1000)
+        assert [ticket["id"] for ticket in tickets] == expected
+        assert len(expected) == 8

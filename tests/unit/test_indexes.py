@@ -91,7 +91,7 @@ def test_each_claim_statement_searches_an_index_never_the_whole_table(
     con: sqlite3.Connection, name: str
 ) -> None:
     sql = CLAIM_STATEMENTS[name]
-    named = {"now": 0, "window": worker._CLAIM_HEAD_WINDOW}
+    named = {"now": 0, "window": worker._CLAIM_HEAD_WINDOW, "fresh_from": 0, "retried_from": 0}
     explained = con.execute("EXPLAIN QUERY PLAN " + sql, (1,) if "?" in sql else named)
     plan = [row[3] for row in explained]
     touching_jobs = [step for step in plan if " jobs" in step]
