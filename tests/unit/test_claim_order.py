@@ -236,3 +236,15 @@ def test_a_batch_takes_due_rows_between_long_waiting_runs(window: int) -> None:
         tickets = worker.claim_many(con, "c1", NOW, 20, 1000)
         assert [ticket["id"] for ticket in tickets] == expected
         assert len(expected) == 8
+
+
+@pytest.mark.parametrize("queue", ["fresh", "retried"])
+def test_a_short_waiting_head_is_searched_in_one_round(queue: str) -> None:
+    """100 waiting rows before 5,000 due ones: the first round (a window of 256)
+    counts 256 due rows by time, so it reads the head in seq order, and finds the
+    first due row there. Two statements, not a round per fourfold window up to the
+    whole backlog."""
+    runs = [(f"{queue} waiting", 100), (f"{queue} due", 5000)]
+    with queue_in(runs) as con:
+        assert deeper_searches(con, lambda: worker.claim(con, "c1", NOW, 1000)) == 2
+        assert claimable_ids(con, 1) == ["j101"]
