@@ -22,6 +22,11 @@ reaches, and each pairs a small case with a large one so that any growth shows:
 - ``last-attempt-leases``: many jobs are leased on their last attempt
   (``max_attempts=1``, so every leased job), and a backlog of due jobs waits.
   ``_QUARANTINE_EXHAUSTED_LEASED`` searches expired leases by time only: flat.
+- ``expired-leases``: a courier died holding many leases (claimed in batches, leases of
+  1 ms), and a backlog of fresh due jobs follows. The expired leases hold the lowest
+  seqs, so the claims take them first; every claim reads every expired lease twice
+  (``_QUARANTINE_EXHAUSTED_LEASED`` and the oldest expired lease in
+  ``_SELECT_CLAIMABLE``, both through ``jobs_leased_by_lease_until``): it grows.
 
 ``measure_deep_search`` times the search itself, ``worker._lowest_due``, on a grid of
 waiting heads and due backlogs, beside the one-pass search it replaced
@@ -63,6 +68,7 @@ CASES: tuple[tuple[str, str, tuple[int, int]], ...] = (
     ("retries-behind-retries", "due retries behind 100 waiting retries", (1_000, 100_000)),
     ("ahead-and-due", "jobs enqueued 30 s ahead, and as many due jobs behind", (1_000, 100_000)),
     ("last-attempt-leases", "jobs leased on their last attempt", (0, 20_000)),
+    ("expired-leases", "expired leases of a courier that died", (1_000, 100_000)),
 )
 # (jobs enqueued 30 s ahead, due jobs behind them)
 DEEP_GRID: tuple[tuple[int, int], ...] = (
@@ -93,12 +99,24 @@ def _build(con: sqlite3.Connection, case: str, size: int, consumed: int) -> None
         _enqueue_ahead(con, WAITING_HEAD if case == "future-fresh" else size)
         fill_pending(con, size, T0_MS, prefix="due-")
         return
+    if case == "expired-leases":
+        fill_pending(con, size, T0_MS, prefix="due-lost-")  # "due-": claimable again
+        _lease_all(con, size, "died", lease_ms=1)
+        fill_pending(con, size, T0_MS, prefix="due-")
+        return
     fill_pending(con, size + consumed, T0_MS, prefix="due-")
     with con:
         con.execute("BEGIN IMMEDIATE")
         con.execute("UPDATE jobs SET max_attempts = 1")
-    for _ in range(0, size, worker.MAX_BATCH):
-        worker.claim_many(con, "holder", T0_MS, min(worker.MAX_BATCH, size), LEASE_MS)
+    _lease_all(con, size, "holder", LEASE_MS)
+
+
+def _lease_all(con: sqlite3.Connection, count: int, owner: str, lease_ms: int) -> None:
+    """Lease the ``count`` oldest due jobs to ``owner`` at ``T0_MS``, in batches."""
+    for first in range(0, count, worker.MAX_BATCH):
+        limit = min(worker.MAX_BATCH, count - first)
+        if len(worker.claim_many(con, owner, T0_MS, limit, lease_ms)) != limit:
+            raise RuntimeError(f"expected {limit} jobs to lease, the queue had fewer")
 
 
 def _enqueue_ahead(con: sqlite3.Connection, count: int) -> None:
