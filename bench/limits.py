@@ -12,27 +12,46 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.measure import Timed, pragmas, run_counted
 
-__all__ = ["bare_connection", "bare_transaction", "bare_transactions", "raw_fsync"]
+__all__ = [
+    "bare_connection",
+    "bare_transaction",
+    "bare_transactions",
+    "connection_in",
+    "raw_fsync",
+]
 
 PAGE = b"\0" * 4096
+_ONE_ROW = (
+    "CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    "INSERT INTO t VALUES (1, 0)",
+)
 
 
-def bare_connection(path: Path, journal: str = "DELETE", sync: str = "FULL") -> sqlite3.Connection:
-    """A fresh file holding one row, on a connection in the given journal and sync modes."""
+def connection_in(
+    path: Path, setup: Sequence[str], journal: str = "DELETE", sync: str = "FULL"
+) -> sqlite3.Connection:
+    """A connection to ``path`` in the given journal and sync modes (the contract's by
+    default), after running the ``setup`` statements; closed again if they fail."""
     con = sqlite3.connect(path, timeout=1, isolation_level=None)
     try:
         con.execute(f"PRAGMA journal_mode={journal}").fetchall()
         con.execute(f"PRAGMA synchronous={sync}")
-        con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
-        con.execute("INSERT INTO t VALUES (1, 0)")
+        for statement in setup:
+            con.execute(statement)
     except BaseException:
         con.close()
         raise
     return con
+
+
+def bare_connection(path: Path, journal: str = "DELETE", sync: str = "FULL") -> sqlite3.Connection:
+    """A fresh file holding one row, on a connection in the given journal and sync modes."""
+    return connection_in(path, _ONE_ROW, journal, sync)
 
 
 def bare_transaction(con: sqlite3.Connection) -> None:

@@ -164,23 +164,9 @@ class WriteStatements:
         return 1
 
 
-def _contract_file(path: Path) -> sqlite3.Connection:
-    """A file with only the contract's two tables, in the contract's modes."""
-    con = sqlite3.connect(path, timeout=1, isolation_level=None)
-    try:
-        con.execute("PRAGMA journal_mode=DELETE").fetchall()
-        con.execute("PRAGMA synchronous=FULL")
-        for statement in CONTRACT_SCHEMA:
-            con.execute(statement)
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
 def _layer(name: str, folder: Path) -> tuple[sqlite3.Connection, Steps]:
     if name == "contract":
-        con = _contract_file(folder / "contract.sqlite")
+        con = limits.connection_in(folder / "contract.sqlite", CONTRACT_SCHEMA)
         return con, WriteStatements(con)
     con = worker.open_queue(folder / f"{name}.sqlite")
     return con, (WriteStatements(con) if name == "indexed" else SingleCalls(con))

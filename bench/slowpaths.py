@@ -111,12 +111,18 @@ def _build(con: sqlite3.Connection, case: str, size: int, consumed: int) -> None
     _lease_all(con, size, "holder", LEASE_MS)
 
 
-def _lease_all(con: sqlite3.Connection, count: int, owner: str, lease_ms: int) -> None:
-    """Lease the ``count`` oldest due jobs to ``owner`` at ``T0_MS``, in batches."""
+def _lease_all(
+    con: sqlite3.Connection, count: int, owner: str, lease_ms: int
+) -> list[dict[str, Any]]:
+    """Lease the ``count`` oldest due jobs to ``owner`` at ``T0_MS``, in batches; the tickets."""
+    tickets: list[dict[str, Any]] = []
     for first in range(0, count, worker.MAX_BATCH):
         limit = min(worker.MAX_BATCH, count - first)
-        if len(worker.claim_many(con, owner, T0_MS, limit, lease_ms)) != limit:
+        batch = worker.claim_many(con, owner, T0_MS, limit, lease_ms)
+        if len(batch) != limit:
             raise RuntimeError(f"expected {limit} jobs to lease, the queue had fewer")
+        tickets += batch
+    return tickets
 
 
 def _enqueue_ahead(con: sqlite3.Connection, count: int) -> None:
@@ -132,10 +138,7 @@ def _enqueue_ahead(con: sqlite3.Connection, count: int) -> None:
 def _retry_all(con: sqlite3.Connection, count: int, delay_ms: int) -> None:
     """Claim the ``count`` oldest due jobs, then finish each ``retry`` after ``delay_ms``
     (all claimed first: a retry due at once would be claimed again)."""
-    tickets: list[dict[str, Any]] = []
-    while len(tickets) < count:
-        limit = min(worker.MAX_BATCH, count - len(tickets))
-        tickets += worker.claim_many(con, "holder", T0_MS, limit, LEASE_MS)
+    tickets = _lease_all(con, count, "holder", LEASE_MS)
     for first in range(0, count, worker.MAX_BATCH):
         batch = tickets[first : first + worker.MAX_BATCH]
         retries = [{"ticket": t, "outcome": "retry", "delay_ms": delay_ms} for t in batch]
