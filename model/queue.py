@@ -117,6 +117,21 @@ class QueueModel:
         self._jobs: dict[str, Job] = {}
         self._redrives: list[Redrive] = []
 
+    @classmethod
+    def from_rows(cls, rows: Rows) -> QueueModel:
+        """The queue whose ``rows()`` are ``rows``: each job put back in its lifecycle
+        state, the audit log as it was. ``QueueModel.from_rows(q.rows())`` behaves as
+        ``q`` from then on (the queue's whole state is its two tables)."""
+        queue = cls()
+        for values in rows["jobs"]:
+            row: JobRow = tuple(values)
+            job = Job(row[0], row[1], row[2], row[5], 0, 0)
+            queue._lifecycle.add_model(job)
+            job.restore(row)
+            queue._jobs[job.id] = job
+        queue._redrives = [Redrive(*values) for values in rows["redrives"]]
+        return queue
+
     # --- 3. enqueue ----------------------------------------------------------
 
     def enqueue(
