@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 __all__ = [
+    "MAX_NOW_MS",
+    "SCHEMA",
     "BadAck",
     "Conflict",
     "Permanent",
@@ -269,6 +271,17 @@ def _exact_int(name: str, value: object, lo: int, hi: int) -> int:
 def _now_ms(name: str, value: object) -> int:
     """Return ``value`` if it is a valid time on the shared millisecond base."""
     return _exact_int(name, value, 0, MAX_NOW_MS)
+
+
+def is_identifier(value: object) -> bool:
+    """Return whether ``value`` is an identifier as the contract defines one.
+
+    An identifier is an exact ``str`` that fully matches ``[A-Za-z0-9_-]{1,64}``:
+    1-64 ASCII letters, digits, ``_`` or ``-`` (no trailing newline, no non-ASCII
+    digit). Job ids, owners and redrive notes are identifiers; so are the ids and
+    sender names the courier and the receiver check. Never raises.
+    """
+    return type(value) is str and _IDENTIFIER.fullmatch(value) is not None
 
 
 def _identifier(name: str, value: object) -> str:
@@ -924,6 +937,27 @@ def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, in
     if ack is not True:
         raise BadAck(f"send must return exactly True, got {ack!r}")
     return "ok", 0
+
+
+def classify_send(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
+    """Deliver ``ticket``'s job with ``send`` and classify the answer, as ``run_once`` does.
+
+    ``send`` is called once, with a fresh ``{"id", "qty"}`` dict. Returns
+    ``(outcome, delay_ms)`` for ``finish``: ``("ok", 0)`` for an exact ``True``;
+    ``("retry", retry_delay(ticket["attempt"], 100, 1000, jitter))`` for
+    ``Retryable``; ``("permanent", 0)`` for ``Permanent``. This is the function
+    ``run_once`` uses (contract section 7); it writes nothing.
+
+    Raises:
+        ValueError: ``send`` is not callable, ``ticket`` is not a well-formed ticket,
+            or ``jitter`` is not a finite number in 0..1; ``send`` was not called.
+        BadAck: ``send`` returned something other than exactly ``True``.
+        Any other exception from ``send`` propagates as is.
+    """
+    _callable("send", send)
+    _ticket("ticket", ticket)
+    _jitter(jitter)
+    return _deliver(send, ticket, jitter)
 
 
 def run_once(
