@@ -1,0 +1,949 @@
+"""lease-queue on PostgreSQL: ``worker.py``'s contract for workers on many hosts.
+
+The same calls as ``worker.py`` (``docs/spec/CONTRACT.md``) with the same
+signatures, argument rules, results, exceptions, messages, hook points and hook
+order, rollback and commit rules and quarantine rules; only the connection is a
+``psycopg.Connection`` (``open_queue(conninfo)``) instead of a SQLite file, and
+``run_database`` stands where ``run_file`` stands. The exception classes and
+``retry_delay`` are ``worker``'s own (``pgworker.Conflict is worker.Conflict``).
+``docs/postgres.md`` says when to choose it. The rules this module keeps:
+
+1. Every argument is validated before anything changes, in ``worker.py``'s
+   order and with its messages. The validation helpers below are a copy of
+   ``worker.py``'s (its private names stay private there); the contract suite
+   in ``tests/contract`` runs every example on both modules and the model, so
+   the copies cannot drift apart unnoticed.
+2. Every write is one transaction; any error before COMMIT rolls the whole of
+   it back and propagates, an error after COMMIT keeps the committed state. No
+   call leaves a transaction open. A write that is one statement (``claim``,
+   ``claim_many``, ``finish``, ``finish_many``, ``enqueue``, ``enqueue_many``)
+   runs as its own transaction on an autocommit connection when no hook is
+   given: one round trip instead of three (BEGIN, the statement, COMMIT), and
+   the same statement as with a hook, where BEGIN ... COMMIT surround it so
+   that the hooks run before the commit.
+3. Nothing reads the wall clock: time is always a parameter (``now_ms``) or an
+   injected ``clock``. Nothing sleeps and nothing draws random numbers.
+4. A claim bumps the job's fencing ``token``; ``finish`` is one compare-and-set
+   ``UPDATE`` on the whole ticket and both time bounds (``now_ms <
+   lease_until``, ``now_ms < deadline``). Tokens never go down, not even on
+   redrive.
+5. Fault hooks fire only on the path that made the change they name, as in
+   ``worker.py``: ``after-claim``, ``after-finish``, ``after-audit``,
+   ``after-redrive`` before COMMIT and ``after-commit`` after it.
+
+Isolation level: READ COMMITTED, which ``open_queue`` sets as the session's
+default (every statement here runs at the session's level). Each write is one
+statement that locks the rows it changes; when a row it wants was changed by a
+transaction that committed after the statement began, PostgreSQL re-checks the
+statement's conditions on the newest version before changing it, so a
+``finish`` that waited for a concurrent claim sees the new token and answers
+``False``, and a claim never leases a row that another claim took meanwhile.
+REPEATABLE READ or SERIALIZABLE would keep every promise too, but turn each of
+those races into a serialization error for the caller to retry.
+
+Locking: a claim is one statement. Its quarantine and its three searches (fresh
+pending rows, retried pending rows and expired leases, each in seq order) lock
+their rows with ``FOR UPDATE SKIP LOCKED``: a row another transaction holds is
+passed over, never waited for, so claimers on many hosts do not queue up
+behind one another, and none of them deadlocks. In a single session nothing is
+ever locked, and the claim order is exactly the contract's (lowest seq first).
+Each search locks at most ``limit`` rows and the lowest ``limit`` of all those
+are leased; the others are released at COMMIT (meanwhile another claimer
+passes them over). The searches leave alone every row the quarantine takes
+(``deadline > now``, budget left), since the statement's parts share one
+snapshot.
+
+Seq numbers are an identity column: increasing in insert order, but a
+PostgreSQL sequence is not rolled back, so a rolled-back insert (a redrive
+whose hook failed, a concurrent intake of the same id) leaves a gap that
+SQLite's AUTOINCREMENT would not. Only the order of seq numbers has a meaning.
+
+Driver: psycopg 3, the sync API; the ``postgres`` extra depends on plain
+``psycopg`` (the pure-Python build), as psycopg advises for a library: the
+application picks how libpq is found (``psycopg[binary]`` bundles one,
+``psycopg[c]`` compiles against the system's, plain ``psycopg`` loads the
+system's). The test extra installs ``psycopg[binary]`` so that a fresh machine
+without libpq runs every test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from worker import (
+    EVENT_KEYS,
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_DURATION_MS,
+    MAX_LEASE_UNTIL,
+    MAX_NOW_MS,
+    MAX_QTY,
+    MAX_TOKEN,
+    OUTCOMES,
+    RESULT_KEYS,
+    RETRY_BASE_MS,
+    RETRY_CAP_MS,
+    TICKET_KEYS,
+    BadAck,
+    Conflict,
+    Permanent,
+    Retryable,
+    retry_delay,
+)
+
+__all__ = [
+    "BadAck",
+    "Conflict",
+    "Permanent",
+    "Retryable",
+    "claim",
+    "claim_many",
+    "enqueue",
+    "enqueue_many",
+    "finish",
+    "finish_many",
+    "open_queue",
+    "redrive",
+    "retry_delay",
+    "run_database",
+    "run_once",
+]
+
+Connection = psycopg.Connection[Any]
+Fault = Callable[[str], object]
+Clock = Callable[[], int]
+Send = Callable[[dict[str, Any]], object]
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# --- SQL: every statement is named once --------------------------------------
+
+# The contract's two tables in PostgreSQL types: bigint where a value can pass
+# 2**31 (seq, token and every time), integer elsewhere; the same CHECK on status.
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS jobs (
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  id text NOT NULL UNIQUE, qty integer NOT NULL,
+  status text NOT NULL CHECK (status IN ('pending', 'leased', 'done', 'dead')),
+  attempts integer NOT NULL, max_attempts integer NOT NULL, token bigint NOT NULL,
+  available_at bigint NOT NULL, deadline bigint NOT NULL,
+  owner text, lease_until bigint, reason text)""",
+    """CREATE TABLE IF NOT EXISTS redrives (
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  id text NOT NULL, token bigint NOT NULL, at_ms bigint NOT NULL, note text NOT NULL)""",
+)
+
+# Pending rows form two queues, each in seq order, as in worker.py: fresh ones
+# (attempts = 0) and retried ones (available after a backoff), so that a pile
+# of waiting retries never hides the fresh backlog.
+_FRESH = "status = 'pending' AND attempts = 0"
+_RETRIED = "status = 'pending' AND attempts > 0"
+_EXPIRED = "status = 'leased' AND lease_until <= %(now)s"
+
+# Partial indexes over the live rows only, so that a claim costs the same with
+# a long done/dead history as with none. Each serves the statement named above it.
+INDEXES = (
+    # _CLAIM: each pending queue in seq order ...
+    f"CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq ON jobs (seq) WHERE {_FRESH}",
+    f"CREATE INDEX IF NOT EXISTS jobs_retried_by_seq ON jobs (seq) WHERE {_RETRIED}",
+    # ... the due retried rows by time, when fewer are due than wait ahead of them ...
+    f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
+  ON jobs (available_at) WHERE {_RETRIED}""",
+    # ... and expired leases; also the quarantine's three arms.
+    """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
+  ON jobs (lease_until) WHERE status = 'leased'""",
+    """CREATE INDEX IF NOT EXISTS jobs_live_by_deadline
+  ON jobs (deadline) WHERE status IN ('pending', 'leased')""",
+    """CREATE INDEX IF NOT EXISTS jobs_pending_spent
+  ON jobs (seq) WHERE status = 'pending' AND attempts >= max_attempts""",
+)
+_INDEX_NAMES = tuple(statement.split()[5] for statement in INDEXES)
+
+# Which of the queue's relations exist in the connection's current schema.
+_SELECT_MISSING = """SELECT name FROM unnest(%(names)s::text[]) AS name
+  WHERE to_regclass(format('%%I.%%I', current_schema(), name)) IS NULL"""
+
+# Two sessions creating the same tables at once could both pass IF NOT EXISTS;
+# one lock per schema makes the second wait and then find them.
+_LOCK_SCHEMA = "SELECT pg_advisory_xact_lock(hashtext('lease-queue:' || current_schema()))"
+
+_SET_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
+
+# enqueue and enqueue_many: one statement reads the ids already there and
+# inserts, in list order, the first event of each id that is not; a concurrent
+# intake of the same id makes ON CONFLICT skip it (_SELECT_QTYS then reads it).
+_INTAKE = """WITH given AS (
+    SELECT id, qty, n
+    FROM unnest(%(ids)s::text[], %(qtys)s::integer[]) WITH ORDINALITY AS g(id, qty, n)),
+  existing AS (SELECT jobs.id, jobs.qty FROM jobs WHERE jobs.id = ANY(%(ids)s::text[])),
+  inserted AS (
+    INSERT INTO jobs (id, qty, status, attempts, max_attempts, token, available_at, deadline)
+    SELECT given.id, given.qty, 'pending', 0, %(max_attempts)s::integer, 0,
+      %(now)s::bigint, %(deadline)s::bigint
+    FROM given
+    WHERE given.n = (SELECT min(first.n) FROM given AS first WHERE first.id = given.id)
+      AND NOT EXISTS (SELECT 1 FROM existing WHERE existing.id = given.id)
+    ORDER BY given.n
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, qty)
+SELECT id, qty, false FROM existing UNION ALL SELECT id, qty, true FROM inserted"""
+
+_SELECT_QTYS = "SELECT id, qty FROM jobs WHERE id = ANY(%(ids)s::text[])"
+
+# claim and claim_many: step 1, the quarantine, looks at every pending row (due
+# or not) and every expired lease; a passed deadline wins over a spent budget.
+# Each arm of the OR matches one partial index.
+_QUARANTINABLE = """(status IN ('pending', 'leased') AND deadline <= %(now)s
+      AND (status = 'pending' OR lease_until <= %(now)s))
+    OR (status = 'leased' AND lease_until <= %(now)s AND attempts >= max_attempts)
+    OR (status = 'pending' AND attempts >= max_attempts)"""
+# A claimable row the quarantine leaves alone (the statement's parts share one
+# snapshot: the searches do not see what the quarantine changes).
+_STILL_ALIVE = "deadline > %(now)s AND attempts < max_attempts"
+_SEARCHES = {
+    "fresh": f"{_FRESH} AND available_at <= %(now)s",
+    "retried": f"{_RETRIED} AND available_at <= %(now)s",
+    "expired": _EXPIRED,
+}
+_SEARCH = {
+    queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE}
+    ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
+    for queue, where in _SEARCHES.items()
+}
+# Steps 2 and 3: the lowest :limit claimable seqs of the three searches, leased.
+_CLAIM = f"""WITH quarantined AS (
+    UPDATE jobs SET status = 'dead',
+      reason = CASE WHEN deadline <= %(now)s THEN 'deadline' ELSE 'exhausted' END,
+      owner = NULL, lease_until = NULL
+    WHERE seq IN (SELECT seq FROM jobs WHERE {_QUARANTINABLE} FOR UPDATE SKIP LOCKED)),
+  fresh AS ({_SEARCH["fresh"]}),
+  retried AS ({_SEARCH["retried"]}),
+  expired AS ({_SEARCH["expired"]}),
+  picked AS (
+    SELECT seq FROM fresh UNION ALL SELECT seq FROM retried UNION ALL SELECT seq FROM expired
+    ORDER BY seq LIMIT %(limit)s)
+UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.token + 1,
+    owner = %(owner)s, lease_until = least(%(now)s + %(lease_ms)s, jobs.deadline), reason = NULL
+  FROM picked WHERE jobs.seq = picked.seq
+  RETURNING jobs.seq, jobs.id, jobs.qty, jobs.token, jobs.attempts, jobs.lease_until"""
+
+# finish and finish_many: one compare-and-set UPDATE. A ticket is live only if
+# it matches the row in full and neither the lease nor the job's deadline has
+# passed. The verdict is worker.py's _settlement, as one SQL expression:
+# ok -> done; permanent; a spent budget -> exhausted; a retry due at or after
+# the deadline -> deadline; else retry (pending, available after the delay).
+_VERDICT = """CASE WHEN given.outcome = 'ok' THEN 'done'
+    WHEN given.outcome = 'permanent' THEN 'permanent'
+    WHEN jobs.attempts >= jobs.max_attempts THEN 'exhausted'
+    WHEN %(now)s + given.delay_ms >= jobs.deadline THEN 'deadline'
+    ELSE 'retry' END"""
+_SETTLE = f"""UPDATE jobs SET
+    status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
+    reason = nullif({_VERDICT}, 'done'),
+    available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
+    owner = NULL, lease_until = NULL
+  FROM unnest(%(n)s::integer[], %(id)s::text[], %(qty)s::integer[], %(owner)s::text[],
+      %(token)s::bigint[], %(attempt)s::integer[], %(lease_until)s::bigint[],
+      %(outcome)s::text[], %(delay_ms)s::bigint[])
+    AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
+  WHERE jobs.id = given.id AND jobs.status = 'leased'
+    AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
+    AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
+    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
+  RETURNING given.n, jobs.status"""
+
+# redrive: the job row is locked first, so nothing changes it between the check
+# and the requeue.
+_SELECT_STATUS_TOKEN = "SELECT seq, status, token FROM jobs WHERE id = %s FOR UPDATE"
+
+_INSERT_AUDIT = "INSERT INTO redrives (id, token, at_ms, note) VALUES (%s, %s, %s, %s)"
+
+_REQUEUE = """UPDATE jobs
+  SET status = 'pending', attempts = 0, available_at = %s, deadline = %s,
+      owner = NULL, lease_until = NULL, reason = NULL
+  WHERE seq = %s"""
+
+
+# --- Validation: worker.py's helpers and messages (see rule 1) -----------------
+
+
+def _reject(name: str, expected: str, value: object) -> ValueError:
+    return ValueError(
+        f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__!r})"
+    )
+
+
+def _exact_int(name: str, value: object, lo: int, hi: int) -> int:
+    """Return ``value`` if it is an exact ``int`` in ``lo .. hi`` inclusive."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise _reject(name, f"an int in {lo}..{hi}", value)
+    return value
+
+
+def _now_ms(name: str, value: object) -> int:
+    """Return ``value`` if it is a valid time on the shared millisecond base."""
+    return _exact_int(name, value, 0, MAX_NOW_MS)
+
+
+def _identifier(name: str, value: object) -> str:
+    """Return ``value`` if it is a str of 1-64 ASCII letters, digits, '_' or '-'."""
+    if type(value) is not str or _IDENTIFIER.fullmatch(value) is None:
+        raise _reject(name, "a str of 1-64 ASCII letters, digits, '_' or '-'", value)
+    return value
+
+
+def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any]:
+    """Return ``value`` if it is an exact ``dict`` with exactly ``keys``."""
+    if type(value) is not dict or value.keys() != keys:
+        raise _reject(name, f"a dict with exactly the keys {sorted(keys)}", value)
+    return value
+
+
+def _exact_list(name: str, value: object) -> list[Any]:
+    """Return ``value`` if it is an exact ``list`` of 0 to ``MAX_BATCH`` items."""
+    if type(value) is not list or len(value) > MAX_BATCH:
+        raise _reject(name, f"a list of 0..{MAX_BATCH} items", value)
+    return value
+
+
+def _event(name: str, value: object) -> tuple[str, int]:
+    """Return ``(id, qty)`` of ``value`` if it is an event as ``enqueue`` takes it."""
+    event = _exact_dict(name, value, EVENT_KEYS)
+    return _identifier(f"{name}['id']", event["id"]), _exact_int(
+        f"{name}['qty']", event["qty"], 1, MAX_QTY
+    )
+
+
+def _ticket(name: str, value: object) -> dict[str, Any]:
+    """Return ``value`` if it is a well-formed ticket as ``claim`` returns it."""
+    ticket = _exact_dict(name, value, frozenset(TICKET_KEYS))
+    _identifier(f"{name}['id']", ticket["id"])
+    _identifier(f"{name}['owner']", ticket["owner"])
+    _exact_int(f"{name}['qty']", ticket["qty"], 1, MAX_QTY)
+    _exact_int(f"{name}['token']", ticket["token"], 1, MAX_TOKEN)
+    _exact_int(f"{name}['attempt']", ticket["attempt"], 1, MAX_ATTEMPTS)
+    _exact_int(f"{name}['lease_until']", ticket["lease_until"], 1, MAX_LEASE_UNTIL)
+    return ticket
+
+
+def _outcome(name: str, value: object) -> str:
+    """Return ``value`` if it is one of ``OUTCOMES``."""
+    if type(value) is not str or value not in OUTCOMES:
+        raise _reject(name, f"one of {OUTCOMES}", value)
+    return value
+
+
+def _result(name: str, value: object) -> tuple[dict[str, Any], str, int]:
+    """Return ``(ticket, outcome, delay_ms)`` of an item of ``finish_many``."""
+    result = _exact_dict(name, value, RESULT_KEYS)
+    return (
+        _ticket(f"{name}['ticket']", result["ticket"]),
+        _outcome(f"{name}['outcome']", result["outcome"]),
+        _exact_int(f"{name}['delay_ms']", result["delay_ms"], 0, MAX_DURATION_MS),
+    )
+
+
+def _jitter(value: object) -> float:
+    """Return ``value`` if it is an exact int or float, finite, in 0..1."""
+    # An int is compared as an int: math.isfinite() of a huge int would overflow.
+    if type(value) is int and 0 <= value <= 1:
+        return value
+    if type(value) is float and math.isfinite(value) and 0 <= value <= 1:
+        return value
+    raise _reject("jitter", "a finite int or float in 0..1", value)
+
+
+def _optional_hook(value: object) -> Fault | None:
+    """Return ``value`` if it is ``None`` or callable (the fault hook)."""
+    if value is not None and not callable(value):
+        raise _reject("fault", "None or a callable", value)
+    return value
+
+
+def _callable(name: str, value: object) -> Callable[..., object]:
+    if not callable(value):
+        raise _reject(name, "a callable", value)
+    return value
+
+
+def _idle_connection(con: object) -> Connection:
+    """Return ``con`` if it is a psycopg connection with no open transaction.
+
+    The functions here own their transactions; committing or rolling back a
+    caller's half-finished transaction would silently change its meaning. A
+    closed connection passes here and fails at its first statement, as psycopg
+    says it.
+    """
+    if not isinstance(con, psycopg.Connection):
+        raise _reject("con", "a psycopg.Connection", con)
+    if not con.closed and con.info.transaction_status != TransactionStatus.IDLE:
+        raise ValueError("'con' has an open transaction; finish it before calling the queue")
+    return con
+
+
+def _conninfo(value: object) -> str:
+    """Return ``value`` if it is a non-empty exact ``str`` (a libpq connection string)."""
+    if type(value) is not str or not value:
+        raise _reject("conninfo", "a non-empty str (a libpq connection string or URI)", value)
+    return value
+
+
+# --- Transactions and hooks -------------------------------------------------
+
+
+class _Hooks:
+    """The fault hooks of one write transaction.
+
+    ``reached(point)`` calls the hook for a change this path made and arms
+    ``after-commit``; a path that never reaches a change point calls no hook.
+    """
+
+    def __init__(self, fault: Fault | None) -> None:
+        self._fault = fault
+        self.armed = False
+
+    def reached(self, point: str) -> None:
+        self.armed = True
+        if self._fault is not None:
+            self._fault(point)
+
+    def committed(self) -> None:
+        if self.armed and self._fault is not None:
+            self._fault("after-commit")
+
+
+@contextlib.contextmanager
+def _write_transaction(con: Connection, fault: Fault | None = None) -> Iterator[_Hooks]:
+    """Run the body in one transaction (psycopg's ``transaction()`` block).
+
+    Any exception (``BaseException`` included) before COMMIT, or from COMMIT
+    itself, rolls everything back and propagates unchanged. After COMMIT the
+    ``after-commit`` hook runs if the body reached a change point; its error
+    propagates and the committed state stays.
+    """
+    hooks = _Hooks(fault)
+    with con.transaction():
+        yield hooks
+    hooks.committed()
+
+
+def _statement_transaction(
+    con: Connection, fault: Fault | None
+) -> contextlib.AbstractContextManager[_Hooks]:
+    """The transaction of a write that is one statement (rule 2).
+
+    With no hook on an autocommit connection, the statement is its own
+    transaction; otherwise ``_write_transaction`` surrounds it.
+    """
+    if fault is None and con.autocommit:
+        return contextlib.nullcontext(_Hooks(None))
+    return _write_transaction(con, fault)
+
+
+def _rows(con: Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` as plain tuples, whatever ``row_factory`` the caller set."""
+    with con.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _row(con: Connection, sql: str, params: Any) -> tuple[Any, ...] | None:
+    """The first row of ``sql`` as a plain tuple, or ``None``."""
+    rows = _rows(con, sql, params)
+    return rows[0] if rows else None
+
+
+# --- 2. open_queue -------------------------------------------------------------
+
+
+def _connect(conninfo: str) -> Connection:
+    """A new autocommit connection whose transactions are READ COMMITTED."""
+    con = psycopg.connect(conninfo, autocommit=True)
+    try:
+        con.execute(_SET_READ_COMMITTED)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _missing(con: Connection, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` no relation of the current schema has."""
+    return [name for (name,) in _rows(con, _SELECT_MISSING, {"names": list(names)})]
+
+
+def _create_missing(con: Connection) -> None:
+    """Create the tables and indexes that are missing, in one transaction."""
+    if not _missing(con, ("jobs", "redrives", *_INDEX_NAMES)):
+        return
+    with _write_transaction(con):
+        con.execute(_LOCK_SCHEMA)
+        for statement in SCHEMA + INDEXES:
+            con.execute(statement)
+
+
+def open_queue(conninfo: str) -> Connection:
+    """Connect to the queue in the current schema of ``conninfo``'s database.
+
+    Returns a ``psycopg.Connection`` in autocommit mode whose session default
+    isolation level is READ COMMITTED. The ``jobs`` and ``redrives`` tables
+    and their indexes are created in one transaction only if missing, in the
+    connection's current schema (the first of its ``search_path`` that exists:
+    one database can hold several queues, one per schema); existing rows are
+    kept. If initialisation fails the connection is closed and the error
+    propagates.
+
+    Raises:
+        ValueError: ``conninfo`` is not a non-empty str.
+        psycopg.OperationalError: the server cannot be reached (libpq's
+            message names the host; it never holds the password).
+    """
+    con = _connect(_conninfo(conninfo))
+    try:
+        _create_missing(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+# --- 3. enqueue ----------------------------------------------------------------
+
+
+def enqueue(
+    con: Connection,
+    event: dict[str, Any],
+    now_ms: int,
+    ttl_ms: int,
+    max_attempts: int = 3,
+) -> bool:
+    """Add the job ``event`` (exactly ``{"id", "qty"}``) as pending.
+
+    Returns ``True`` for a new job (attempts 0, token 0, available now, due by
+    ``now_ms + ttl_ms``) and ``False`` for an intake retry of the same id and
+    qty, which keeps the whole existing row (its ttl and budget included).
+
+    Raises:
+        Conflict: the id exists with another qty.
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    job_id, qty = _event("event", event)
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    (result,) = _intake(con, [(job_id, qty)], now_ms, now_ms + ttl_ms, max_attempts)
+    if isinstance(result, Conflict):
+        raise result
+    return result
+
+
+def enqueue_many(
+    con: Connection,
+    events: list[dict[str, Any]],
+    now_ms: int,
+    ttl_ms: int,
+    max_attempts: int = 3,
+) -> list[bool | Conflict]:
+    """``enqueue`` each event of the list, in order, in one transaction.
+
+    Returns one result per event: ``True`` (new job), ``False`` (intake retry,
+    also of an id earlier in the same batch) or the ``Conflict`` that
+    ``enqueue`` would raise, returned, not raised: that event writes nothing
+    and the others still apply. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument or event; nothing was changed.
+    """
+    con = _idle_connection(con)
+    jobs = [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))]
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    if not jobs:
+        return []
+    return _intake(con, jobs, now_ms, now_ms + ttl_ms, max_attempts)
+
+
+def _intake(
+    con: Connection, jobs: list[tuple[str, int]], now_ms: int, deadline: int, max_attempts: int
+) -> list[bool | Conflict]:
+    """Insert the new jobs of ``jobs`` in list order; judge each event as ``enqueue`` would:
+    ``True`` for the first event of an id this call inserted, ``False`` for an
+    event whose qty is the one stored (before or earlier in the list), else the
+    ``Conflict``."""
+    ids = [job_id for job_id, _ in jobs]
+    params = {
+        "ids": ids,
+        "qtys": [qty for _, qty in jobs],
+        "max_attempts": max_attempts,
+        "now": now_ms,
+        "deadline": deadline,
+    }
+    with _statement_transaction(con, None):
+        found = _rows(con, _INTAKE, params)
+        stored = {job_id: qty for job_id, qty, _ in found}
+        raced = sorted(set(ids) - stored.keys())  # a concurrent intake took them first
+        if raced:
+            stored.update(_rows(con, _SELECT_QTYS, {"ids": raced}))
+    inserted = {job_id for job_id, _, new in found if new}
+    results: list[bool | Conflict] = []
+    for job_id, qty in jobs:
+        if job_id in inserted:
+            inserted.discard(job_id)
+            results.append(True)
+        elif stored[job_id] == qty:
+            results.append(False)
+        else:
+            results.append(Conflict(f"job {job_id!r} exists with qty {stored[job_id]}, not {qty}"))
+    return results
+
+
+# --- 4. claim ------------------------------------------------------------------
+
+
+def claim(
+    con: Connection,
+    owner: str,
+    now_ms: int,
+    lease_ms: int = 1000,
+    fault: Fault | None = None,
+) -> dict[str, Any] | None:
+    """Lease the oldest claimable job to ``owner`` and return its ticket.
+
+    In one transaction: first quarantine (``dead``) every pending or
+    expired-leased job whose deadline has passed (reason ``deadline``) or
+    whose budget is spent (``exhausted``); then take the lowest-seq job that is
+    pending and due, or leased with ``lease_until <= now_ms``. Its attempts and
+    fencing token go up by one and it is leased until
+    ``min(now_ms + lease_ms, deadline)``. Rows another transaction holds are
+    passed over, never waited for (``FOR UPDATE SKIP LOCKED``).
+
+    Returns the ticket ``{id, qty, owner, token, attempt, lease_until}``, or
+    ``None`` when nothing is claimable (the quarantine is still committed, and
+    no hook is called). Hooks: ``after-claim``, then ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    owner = _identifier("owner", owner)
+    now_ms = _now_ms("now_ms", now_ms)
+    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    tickets = _lease(con, owner, now_ms, 1, lease_ms, fault)
+    return tickets[0] if tickets else None
+
+
+def claim_many(
+    con: Connection,
+    owner: str,
+    now_ms: int,
+    limit: int,
+    lease_ms: int = 1000,
+    fault: Fault | None = None,
+) -> list[dict[str, Any]]:
+    """Lease up to ``limit`` (1-1000) jobs to ``owner`` in one transaction.
+
+    The same as ``claim`` called ``limit`` times at ``now_ms``, stopping at the
+    first ``None``: the quarantine runs once, then the lowest-seq claimable
+    jobs are leased. Returns the tickets in claim order; an empty list when
+    nothing was claimable (the quarantine is still committed, no hook is
+    called). Hooks: ``after-claim`` once after the last lease, then
+    ``after-commit``. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    owner = _identifier("owner", owner)
+    now_ms = _now_ms("now_ms", now_ms)
+    limit = _exact_int("limit", limit, 1, MAX_BATCH)
+    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    return _lease(con, owner, now_ms, limit, lease_ms, fault)
+
+
+def _lease(
+    con: Connection, owner: str, now_ms: int, limit: int, lease_ms: int, fault: Fault | None
+) -> list[dict[str, Any]]:
+    """Quarantine, then lease the lowest ``limit`` claimable jobs: one statement."""
+    params = {"now": now_ms, "owner": owner, "limit": limit, "lease_ms": lease_ms}
+    with _statement_transaction(con, fault) as hooks:
+        leased = sorted(_rows(con, _CLAIM, params))
+        if leased:
+            hooks.reached("after-claim")
+    return [
+        {
+            "id": job_id,
+            "qty": qty,
+            "owner": owner,
+            "token": token,
+            "attempt": attempts,
+            "lease_until": lease_until,
+        }
+        for _, job_id, qty, token, attempts, lease_until in leased
+    ]
+
+
+# --- 5. finish -----------------------------------------------------------------
+
+
+def finish(
+    con: Connection,
+    ticket: dict[str, Any],
+    outcome: str,
+    now_ms: int,
+    delay_ms: int = 0,
+    fault: Fault | None = None,
+) -> str | bool:
+    """Record the ``outcome`` (``ok``, ``retry`` or ``permanent``) of a ticket.
+
+    The ticket must still be live: the job is ``leased`` and its qty, owner,
+    token, attempts and lease_until equal the ticket's, and
+    ``now_ms < lease_until`` and ``now_ms < deadline``. Otherwise nothing
+    changes and the result is ``False`` (no hook is called).
+
+    ``ok`` -> ``done``; ``permanent`` -> ``dead``/permanent; ``retry`` ->
+    ``dead``/exhausted if the budget is spent, else ``dead``/deadline if
+    ``now_ms + delay_ms >= deadline``, else ``pending``/retry, available at
+    ``now_ms + delay_ms`` (``now_ms`` for every other status). Returns the new
+    status. One compare-and-set ``UPDATE``; a concurrent change of the row is
+    waited for and the ticket judged on the row as it then is. Hooks:
+    ``after-finish``, then ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument; nothing was changed.
+    """
+    con = _idle_connection(con)
+    ticket = _ticket("ticket", ticket)
+    outcome = _outcome("outcome", outcome)
+    now_ms = _now_ms("now_ms", now_ms)
+    delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
+    fault = _optional_hook(fault)
+    (status,) = _settle(con, [(ticket, outcome, delay_ms)], now_ms, fault)
+    return status
+
+
+def finish_many(
+    con: Connection,
+    results: list[dict[str, Any]],
+    now_ms: int,
+    fault: Fault | None = None,
+) -> list[str | bool]:
+    """``finish`` each ``{"ticket", "outcome", "delay_ms"}`` of the list, in order,
+    at ``now_ms``, in one transaction.
+
+    Returns one result per item: the new status, or ``False`` for a ticket that
+    is not live (also one finished earlier in the same batch). Hooks:
+    ``after-finish`` once after the last update, then ``after-commit``, only if
+    some item changed a job. See ``docs/batches.md``.
+
+    Raises:
+        ValueError: a malformed argument or item; nothing was changed.
+    """
+    con = _idle_connection(con)
+    settlements = [
+        _result(f"results[{i}]", result) for i, result in enumerate(_exact_list("results", results))
+    ]
+    now_ms = _now_ms("now_ms", now_ms)
+    fault = _optional_hook(fault)
+    if not settlements:
+        return []
+    return _settle(con, settlements, now_ms, fault)
+
+
+def _settle(
+    con: Connection,
+    settlements: list[tuple[dict[str, Any], str, int]],
+    now_ms: int,
+    fault: Fault | None,
+) -> list[str | bool]:
+    """Apply each outcome to its job if its ticket is live, in one ``UPDATE``.
+
+    Only one ticket can match a row in full, and only once: a ticket given again
+    later in the list is not sent (it finds its job settled: ``False``).
+    """
+    firsts: dict[tuple[Any, ...], int] = {}
+    for n, (ticket, _, _) in enumerate(settlements):
+        firsts.setdefault(tuple(ticket[key] for key in TICKET_KEYS), n)
+    sent = sorted(firsts.values())
+    params: dict[str, Any] = {"now": now_ms, "n": sent}
+    for key in TICKET_KEYS:
+        params[key] = [settlements[n][0][key] for n in sent]
+    params["outcome"] = [settlements[n][1] for n in sent]
+    params["delay_ms"] = [settlements[n][2] for n in sent]
+    statuses: list[str | bool] = [False] * len(settlements)
+    with _statement_transaction(con, fault) as hooks:
+        for n, status in _rows(con, _SETTLE, params):
+            statuses[n] = status
+        if any(statuses):
+            hooks.reached("after-finish")
+    return statuses
+
+
+# --- 6. redrive ----------------------------------------------------------------
+
+
+def redrive(
+    con: Connection,
+    job_id: str,
+    now_ms: int,
+    ttl_ms: int,
+    note: str,
+    fault: Fault | None = None,
+) -> bool:
+    """Re-queue the dead job ``job_id`` with a fresh budget; return ``True``.
+
+    In one transaction: lock the job's row, write the audit row (id, current
+    token, ``now_ms``, ``note``) to ``redrives``, then make the job pending
+    with attempts 0, available now and due by ``now_ms + ttl_ms``. qty,
+    max_attempts and the fencing token are kept, so no old ticket can ever
+    become live again. Hooks: ``after-audit``, ``after-redrive``, then
+    ``after-commit``.
+
+    Raises:
+        ValueError: a malformed argument, or no such job, or the job is not
+            dead; nothing was changed and no audit row was written.
+    """
+    con = _idle_connection(con)
+    job_id = _identifier("job_id", job_id)
+    now_ms = _now_ms("now_ms", now_ms)
+    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
+    note = _identifier("note", note)
+    fault = _optional_hook(fault)
+    with _write_transaction(con, fault) as hooks:
+        job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))
+        if job is None:
+            raise ValueError(f"no job {job_id!r} to redrive")
+        seq, status, token = job
+        if status != "dead":
+            raise ValueError(f"job {job_id!r} is {status}, only a dead job can be redriven")
+        con.execute(_INSERT_AUDIT, (job_id, token, now_ms, note))
+        hooks.reached("after-audit")
+        con.execute(_REQUEUE, (now_ms, now_ms + ttl_ms, seq))
+        hooks.reached("after-redrive")
+    return True
+
+
+# --- 7. run_once ---------------------------------------------------------------
+
+
+def _validate_run(
+    owner: object, clock: object, send: object, jitter: object, lease_ms: object
+) -> None:
+    """Validate ``run_once``'s own arguments, ``jitter`` first, before any clock read."""
+    _jitter(jitter)
+    _identifier("owner", owner)
+    _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
+    _callable("clock", clock)
+    _callable("send", send)
+
+
+def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
+    """Call ``send`` once with a fresh ``{id, qty}`` and classify the answer.
+
+    Returns ``(outcome, delay_ms)``. Only an exact ``True`` is ``ok``;
+    ``Retryable`` is ``retry`` with a capped, jittered backoff; ``Permanent``
+    is ``permanent``. Any other return raises ``BadAck``, and any other
+    exception propagates untouched.
+    """
+    try:
+        ack = send({"id": ticket["id"], "qty": ticket["qty"]})
+    except Retryable:
+        return "retry", retry_delay(ticket["attempt"], RETRY_BASE_MS, RETRY_CAP_MS, jitter)
+    except Permanent:
+        return "permanent", 0
+    if ack is not True:
+        raise BadAck(f"send must return exactly True, got {ack!r}")
+    return "ok", 0
+
+
+def run_once(
+    con: Connection,
+    owner: str,
+    clock: Clock,
+    send: Send,
+    jitter: float,
+    lease_ms: int = 1000,
+) -> dict[str, Any] | None:
+    """Claim one job, deliver it with ``send`` outside any transaction, finish it.
+
+    Returns ``None`` if nothing was claimable (``send`` is not called), else
+    ``{"id", "token", "status"}`` where status is ``finish``'s result, or
+    ``"stale"`` if the ticket was no longer live at the second clock reading.
+
+    Raises:
+        ValueError: a malformed argument (``jitter`` is checked before the
+            clock is read); or the second ``clock()`` value is invalid or
+            earlier than the first (the claim stays committed).
+        BadAck: ``send`` returned something other than ``True``; the job stays
+            leased until its lease expires.
+        Any other exception from ``send`` propagates as is; the job stays leased.
+    """
+    _validate_run(owner, clock, send, jitter, lease_ms)
+    claimed_at = clock()
+    ticket = claim(con, owner, claimed_at, lease_ms)
+    if ticket is None:
+        return None
+    outcome, delay_ms = _deliver(send, ticket, jitter)
+    finished_at = _now_ms("second clock()", clock())
+    if finished_at < claimed_at:
+        raise ValueError(f"clock went backwards: {finished_at} after {claimed_at}")
+    status = finish(con, ticket, outcome, finished_at, delay_ms)
+    return {"id": ticket["id"], "token": ticket["token"], "status": status or "stale"}
+
+
+# --- 8. run_database -------------------------------------------------------------
+
+
+def _existing_queue(con: Connection) -> None:
+    """Refuse a database whose current schema lacks the queue's tables; never create them."""
+    missing = _missing(con, ("jobs", "redrives"))
+    if missing:
+        where = _row(con, "SELECT current_schema(), current_database()", None)
+        schema, database = where if where is not None else (None, None)
+        raise errors.UndefinedTable(
+            f"no queue in schema {schema!r} of database {database!r} on {con.info.host!r}: "
+            f"no table {' or '.join(missing)} (run pgworker.open_queue to create them)"
+        )
+
+
+def run_database(
+    conninfo: str,
+    owner: str,
+    clock: Clock,
+    send: Send,
+    jitter: float,
+    lease_ms: int = 1000,
+) -> dict[str, Any] | None:
+    """Connect to the existing queue at ``conninfo``, ``run_once`` on it, and disconnect.
+
+    The analogue of ``worker.run_file``. Returns ``run_once``'s result. The
+    connection is closed on success and on failure. Indexes missing from an
+    existing queue are created, as ``open_queue`` does.
+
+    Raises:
+        psycopg.errors.UndefinedTable: the current schema has no ``jobs`` or
+            no ``redrives`` table; nothing was created.
+        ValueError: a malformed argument.
+        psycopg.OperationalError: the server cannot be reached.
+        Anything ``run_once`` raises.
+    """
+    _validate_run(owner, clock, send, jitter, lease_ms)
+    con = _connect(_conninfo(conninfo))
+    try:
+        _existing_queue(con)
+        _create_missing(con)
+        return run_once(con, owner, clock, send, jitter, lease_ms)
+    finally:
+        con.close()
