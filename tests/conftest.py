@@ -13,6 +13,7 @@ from hypothesis import settings
 
 import worker
 from tests import profiles  # noqa: F401  (registers the profiles)
+from tests.postgres import pg_con, pg_conninfo, pg_server  # noqa: F401  (PostgreSQL fixtures)
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
