@@ -10,18 +10,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sqlite3
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import worker
 from courier import demo, queueview
+from courier.audit import Audit, audit_files
 from courier.receiver import Inbox, Receiver
-from courier.runner import HttpSend, Limits, StallAfterAcks, clock_ms, run_courier
+from courier.runner import (
+    HttpSend,
+    Limits,
+    StallAfterAcks,
+    clock_ms,
+    run_courier,
+    stop_on_signals,
+)
 
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -113,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_redrive,
         _add_serve,
         _add_inbox,
+        _add_audit,
         _add_run,
         _add_demo,
     ):
@@ -235,6 +242,26 @@ def _add_inbox(commands: Subparsers) -> None:
     inbox = commands.add_parser("inbox", help="show a receiver inbox file's totals")
     inbox.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
     inbox.set_defaults(handler=cmd_inbox)
+
+
+def _add_audit(commands: Subparsers) -> None:
+    audit = commands.add_parser(
+        "audit",
+        help="check a queue file against the receiver's inbox: nothing lost, no effect twice",
+        description="Read the queue file and the receiver's inbox file (changing neither) and "
+        "check that every job is done or dead, no effect was applied twice, every done job "
+        "has its effect, every effect belongs to a job with its qty, and no token went "
+        "down. Run it once the couriers have stopped. Exit 1 if a check fails.",
+    )
+    _queue_arg(audit)
+    audit.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
+    audit.add_argument(
+        "--in-flight-ok",
+        action="store_true",
+        help="jobs still pending or leased are in flight, not lost (a queue still in use)",
+    )
+    audit.add_argument("--json", action="store_true", help="print one JSON object")
+    audit.set_defaults(handler=cmd_audit)
 
 
 def _add_run(commands: Subparsers) -> None:
@@ -453,23 +480,11 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM, so loops stop between steps."""
-    stop = threading.Event()
-
-    def handle(signum: int, frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
-    return stop
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     receiver = Receiver(
         args.inbox, host=args.host, port=args.port, reply_delay_ms=args.reply_delay_ms, log=_out
     )
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     _out(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
     if args.port_file is not None:
         args.port_file.write_text(f"{receiver.port}\n", encoding="utf-8")
@@ -494,6 +509,32 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             f"effects {row['effects']}  first from {row['sender']}"
         )
     return EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    audit = audit_files(args.queue, args.inbox, in_flight_ok=args.in_flight_ok)
+    if args.json:
+        _out(json.dumps(audit.as_dict()))
+    else:
+        _print_audit(args.queue, args.inbox, audit)
+    return EXIT_OK if audit.ok else EXIT_ERROR
+
+
+def _print_audit(queue: Path, inbox: Path, audit: Audit) -> None:
+    dead = ", ".join(f"{reason} {n}" for reason, n in audit.dead.items()) or "none"
+    answers = ", ".join(f"{status} {n}" for status, n in audit.answers.items()) or "none"
+    _out(f"audit of queue {queue} against inbox {inbox}")
+    _out(
+        f"  jobs {audit.jobs}: done {audit.done}, dead {sum(audit.dead.values())} ({dead}), "
+        f"unfinished {len(audit.unfinished)}; largest token {audit.largest_token}"
+    )
+    _out(f"  effects {audit.effects}; delivery requests {audit.deliveries} ({answers})")
+    for rule, count in audit.must_be_zero().items():
+        _out(f"  {rule:<38}{count:>6}  (must be 0)")
+    _out(f"  {'dead jobs with an effect':<38}{len(audit.dead_with_effect):>6}  (allowed)")
+    for failure in audit.failures():
+        _out(f"FAILED: {failure}")
+    _out("OK: every check holds" if audit.ok else "FAILED: see above")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -521,7 +562,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_idle_ms=args.max_idle_ms,
         until_drained=args.until_drained,
     )
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     _out(
         f"{args.owner}: started, queue {args.queue}, receiver {args.url}, lease {args.lease_ms} ms"
     )

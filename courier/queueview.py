@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "JOB_COLUMNS",
+    "REDRIVE_COLUMNS",
     "STATUSES",
     "connect_existing",
     "dead_jobs",
@@ -22,9 +23,11 @@ __all__ = [
     "leased_ticket",
     "next_due",
     "overview",
+    "read_queue",
     "redrive_row",
     "require_queue_file",
     "status_counts",
+    "table_rows",
     "unfinished_count",
 ]
 
@@ -46,6 +49,7 @@ JOB_COLUMNS = (
 REDRIVE_COLUMNS = ("seq", "id", "token", "at_ms", "note")
 
 _SELECT_JOBS = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs ORDER BY seq"
+_SELECT_REDRIVES = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives ORDER BY seq"
 _SELECT_DEAD = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE status = 'dead' ORDER BY seq"
 _COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
 _COUNT_UNFINISHED = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
@@ -61,6 +65,7 @@ _COUNT_DUE = f"SELECT count(*) {_DUE}"
 _SELECT_LEASE = """SELECT id, qty, owner, token, attempts, lease_until FROM jobs
   WHERE id = ? AND status = 'leased' AND owner = ?"""
 _SELECT_REDRIVE = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives WHERE seq = ?"
+_TABLES = (("jobs", _SELECT_JOBS), ("redrives", _SELECT_REDRIVES))
 _QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
 
 
@@ -100,9 +105,38 @@ def _job(row: tuple[Any, ...]) -> dict[str, Any]:
     return dict(zip(JOB_COLUMNS, row, strict=True))
 
 
+def table_rows(con: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of ``jobs`` and ``redrives``, in seq order, as tuples.
+
+    Keys ``"jobs"`` (columns in ``JOB_COLUMNS`` order) and ``"redrives"``
+    (``REDRIVE_COLUMNS``). One query per table and no transaction of its own, so it
+    reads what ``con`` sees, also inside a transaction a fault hook is called in.
+    """
+    return {table: con.execute(sql).fetchall() for table, sql in _TABLES}
+
+
 def job_rows(con: sqlite3.Connection) -> list[dict[str, Any]]:
     """Every job as a dict keyed by column name, in seq order."""
     return [_job(row) for row in con.execute(_SELECT_JOBS)]
+
+
+def read_queue(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every job and every audit row of the existing queue file at ``path``, as dicts.
+
+    Keys ``"jobs"`` and ``"redrives"``, each in seq order, read in one read
+    transaction (a consistent snapshot). Raises as ``connect_existing`` does.
+    """
+    con = connect_existing(path)
+    try:
+        con.execute("BEGIN")
+        rows = table_rows(con)
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    return {
+        "jobs": [_job(row) for row in rows["jobs"]],
+        "redrives": [dict(zip(REDRIVE_COLUMNS, row, strict=True)) for row in rows["redrives"]],
+    }
 
 
 def status_counts(con: sqlite3.Connection) -> dict[str, int]:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sqlite3
 import sys
 import threading
@@ -53,6 +52,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from os import PathLike
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+import worker
+from courier.runner import clock_ms
 
 __all__ = [
     "DELIVERIES_PATH",
@@ -71,11 +73,9 @@ SUMMARY_PATHS = ("/", "/inbox")
 MAX_BODY_BYTES = 4096
 DRAIN_LIMIT_BYTES = 65536  # how much of a refused body is read before closing
 MAX_DECIMAL_DIGITS = 12
-MAX_QTY = 1000
 MAX_REPLY_DELAY_MS = 10_000
 SENDER_HEADER = "X-Courier"
 
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _DELIVERY_KEYS = frozenset({"id", "qty"})
 
 Verdict = Literal["applied", "duplicate", "conflict"]
@@ -152,11 +152,7 @@ _SUMMARY_ROWS = """SELECT i.id, i.qty, i.sender, i.received_at_ms,
   FROM inbox i ORDER BY i.received_at_ms, i.id"""
 _SELECT_REQUESTS = """SELECT seq, method, path, status, delivery_id, sender, at_ms
   FROM requests ORDER BY seq"""
-
-
-def _now_ms() -> int:
-    """Wall-clock milliseconds, the same time base as the couriers on this host."""
-    return time.time_ns() // 1_000_000
+_SELECT_EFFECTS = "SELECT id, qty FROM effects ORDER BY seq"
 
 
 # --- The inbox file -------------------------------------------------------------
@@ -225,7 +221,7 @@ class Inbox:
         """
 
         def body(con: sqlite3.Connection) -> Verdict:
-            now = _now_ms()
+            now = clock_ms()
             row = con.execute(_SELECT_INBOX_QTY, (delivery_id,)).fetchone()
             verdict: Verdict
             if row is None:
@@ -247,7 +243,7 @@ class Inbox:
         self, request: RequestLine, status: int, delivery_id: str | None, sender: str | None
     ) -> None:
         """Log one request that applied no effect (rejected input, wrong route)."""
-        row = (request.method, request.path, status, delivery_id, sender, _now_ms())
+        row = (request.method, request.path, status, delivery_id, sender, clock_ms())
         self._write(lambda con: con.execute(_INSERT_REQUEST, row))
 
     def summary(self) -> dict[str, Any]:
@@ -272,6 +268,11 @@ class Inbox:
             "total_qty": total_qty,
             "rows": [dict(zip(keys, row, strict=True)) for row in rows],
         }
+
+    def effects(self) -> list[tuple[str, int]]:
+        """Every effect row as ``(id, qty)``, in the order they were applied."""
+        rows = self._read(lambda con: con.execute(_SELECT_EFFECTS).fetchall())
+        return [(str(delivery_id), int(qty)) for delivery_id, qty in rows]
 
     def requests(self) -> list[dict[str, Any]]:
         """The request log in arrival order, one dict per request."""
@@ -342,10 +343,10 @@ def parse_delivery(body: bytes) -> tuple[str, int]:
     if value.keys() != _DELIVERY_KEYS:
         raise _invalid(f"expected exactly the keys ['id', 'qty'], got {sorted(value)!r}")
     delivery_id, qty = value["id"], value["qty"]
-    if type(delivery_id) is not str or _IDENTIFIER.fullmatch(delivery_id) is None:
+    if not worker.is_identifier(delivery_id):
         raise _invalid(f"'id' must be 1-64 ASCII letters, digits, '_' or '-', got {delivery_id!r}")
-    if type(qty) is not int or not 1 <= qty <= MAX_QTY:
-        raise _invalid(f"'qty' must be an integer in 1..{MAX_QTY}, got {qty!r}")
+    if type(qty) is not int or not 1 <= qty <= worker.MAX_QTY:
+        raise _invalid(f"'qty' must be an integer in 1..{worker.MAX_QTY}, got {qty!r}")
     return delivery_id, qty
 
 
@@ -478,7 +479,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _sender(self) -> str | None:
         sender = self.headers.get(SENDER_HEADER)
-        if sender is not None and _IDENTIFIER.fullmatch(sender) is None:
+        if sender is not None and not worker.is_identifier(sender):
             raise Problem(HTTPStatus.BAD_REQUEST, "bad_sender", f"{SENDER_HEADER}: {sender!r}")
         return sender
 

@@ -30,7 +30,7 @@ import http.client
 import json
 import os
 import random
-import re
+import signal
 import sqlite3
 import threading
 import time
@@ -54,6 +54,7 @@ __all__ = [
     "clock_ms",
     "is_busy",
     "run_courier",
+    "stop_on_signals",
 ]
 
 DEFAULT_TIMEOUT_MS = 5000
@@ -62,7 +63,6 @@ IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 PAUSE_SLICE_S = 0.05
 RETRYABLE_4XX = frozenset({408, 429})
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
@@ -79,6 +79,22 @@ def clock_ms() -> int:
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT and SIGTERM set, so that a loop stops between its steps.
+
+    Installs the handlers for this process (call it from the main thread); the
+    signal no longer raises ``KeyboardInterrupt`` or ends the process at once.
+    """
+    stop = threading.Event()
+
+    def handle(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
 
 
 # --- Sending over HTTP --------------------------------------------------------------
@@ -117,7 +133,7 @@ class HttpSend:
     def __init__(self, url: str, owner: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"'url' must be an http:// or https:// URL, got {url!r}")
-        if type(owner) is not str or _IDENTIFIER.fullmatch(owner) is None:
+        if not worker.is_identifier(owner):
             raise ValueError(
                 f"'owner' must be 1-64 ASCII letters, digits, '_' or '-', got {owner!r}"
             )

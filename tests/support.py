@@ -7,19 +7,17 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import worker
 from courier.queueview import JOB_COLUMNS as JOB_COLUMNS
 from courier.queueview import REDRIVE_COLUMNS as REDRIVE_COLUMNS
+from courier.queueview import table_rows
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
 
 def read_rows(con: sqlite3.Connection) -> Rows:
-    """Every row of both tables, in seq order, as plain tuples (one query per table)."""
-    jobs = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs ORDER BY seq").fetchall()
-    audit = con.execute(
-        f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives ORDER BY seq"
-    ).fetchall()
-    return {"jobs": jobs, "redrives": audit}
+    """Every row of both tables, in seq order, as plain tuples (``queueview.table_rows``)."""
+    return table_rows(con)
 
 
 def read_file_rows(path: str | os.PathLike[str]) -> Rows:
@@ -117,7 +115,8 @@ BAD_IDENTIFIERS: list[object] = [
 
 GOOD_IDENTIFIERS = ["a", "Z", "0", "_", "-", "order-17_B", "a" * 64]
 
-MAX_NOW = 10**15 - 60000
+# The contract's largest now_ms; tests/unit/test_error_messages.py pins its value.
+MAX_NOW = worker.MAX_NOW_MS
 
 
 class ScriptedClock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -18,9 +19,21 @@ import pytest
 import worker
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 from courier.procs import Children, courier_command, project_root
+from courier.receiver import Inbox, RequestLine
 from courier.runner import clock_ms
 
-COMMANDS = ["init", "enqueue", "status", "dead", "redrive", "serve", "inbox", "run", "demo"]
+COMMANDS = [
+    "init",
+    "enqueue",
+    "status",
+    "dead",
+    "redrive",
+    "serve",
+    "inbox",
+    "audit",
+    "run",
+    "demo",
+]
 WAIT_S = 20.0
 
 
@@ -167,6 +180,74 @@ def test_status_dead_and_redrive_show_the_quarantine_and_its_audit(
     assert run_cli(capsys, "dead", queue)[1] == "no dead jobs\n"
     code, _, err = run_cli(capsys, "redrive", queue, "broken", "--note", "again")
     assert code == EXIT_USAGE and "only a dead job" in err
+
+
+# --- audit: the queue file against the inbox ----------------------------------------------
+
+
+def delivered(queue: Path, inbox: Path, jobs: dict[str, str]) -> None:
+    """Jobs in the queue (``id -> 'done' | 'dead' | 'pending'``), qty 2 each; a done job's
+    delivery applied once in the inbox, as a courier would have made it."""
+    con = worker.open_queue(queue)
+    received = Inbox(inbox)
+    try:
+        for job_id, status in jobs.items():
+            now = clock_ms()
+            worker.enqueue(con, {"id": job_id, "qty": 2}, now, 60_000)
+            if status == "pending":
+                continue
+            ticket = worker.claim(con, "c1", now)
+            assert ticket is not None and ticket["id"] == job_id
+            if status == "done":
+                received.deliver(job_id, 2, "c1", RequestLine("POST", "/deliveries"))
+            outcome = "ok" if status == "done" else "permanent"
+            assert worker.finish(con, ticket, outcome, now) == status
+    finally:
+        con.close()
+
+
+def test_audit_passes_when_every_done_job_has_its_one_effect(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inbox = tmp_path / "inbox.sqlite"
+    delivered(queue, inbox, {"a": "done", "b": "done", "c": "dead"})
+    code, out, _ = run_cli(capsys, "audit", queue, inbox)
+    assert code == EXIT_OK, out
+    assert "jobs 3: done 2, dead 1 (permanent 1), unfinished 0" in out
+    assert "effects 2; delivery requests 2 (200 2)" in out
+    assert out.rstrip().endswith("OK: every check holds")
+    code, out, _ = run_cli(capsys, "audit", queue, inbox, "--json")
+    report = json.loads(out)
+    assert (report["ok"], report["done"], report["effects"]) == (True, 2, 2)
+    assert set(report["must_be_zero"].values()) == {0}
+
+
+def test_audit_fails_naming_the_jobs_that_break_a_rule(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inbox = tmp_path / "inbox.sqlite"
+    delivered(queue, inbox, {"a": "done", "b": "done", "c": "pending"})
+    con = sqlite3.connect(inbox, isolation_level=None)
+    try:  # a deduplication bug and a lost effect
+        con.execute("INSERT INTO effects (id, qty, at_ms) VALUES ('a', 2, 0)")
+        con.execute("DELETE FROM effects WHERE id = 'b'")
+    finally:
+        con.close()
+    code, out, _ = run_cli(capsys, "audit", queue, inbox)
+    assert code == EXIT_ERROR
+    assert "FAILED: effects applied twice = 1 (must be 0): a" in out
+    assert "FAILED: done jobs without an inbox effect = 1 (must be 0): b" in out
+    assert "FAILED: lost = 1 (must be 0): c" in out
+    code, out, _ = run_cli(capsys, "audit", queue, inbox, "--in-flight-ok")
+    assert code == EXIT_ERROR and "lost = 1" not in out
+
+
+def test_audit_of_a_missing_inbox_is_bad_input(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "audit", queue, tmp_path / "nowhere.sqlite")
+    assert code == EXIT_USAGE and "no inbox file" in err
+    assert not (tmp_path / "nowhere.sqlite").exists()
 
 
 def test_serve_prints_its_port_serves_and_stops_cleanly_on_sigterm(

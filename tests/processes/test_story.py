@@ -4,8 +4,9 @@ Courier c1 (a child ``python -m courier run``) delivers the one order; the recei
 commits the effect and answers 200; c1 is SIGKILLed before it records ``finish``.
 Courier c2 (another child) finds the job still leased, waits for the lease to
 expire, claims it with fencing token 2 and sends it again. The receiver sees two
-HTTP requests but keeps one inbox row and one effect. c1's ticket, captured by c1
-itself before sending, can no longer finish anything.
+HTTP requests but keeps one inbox row and one effect (``courier.audit`` holds the
+queue file against the inbox). c1's ticket, captured by c1 itself before sending,
+can no longer finish anything.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 
 import worker
 from courier import queueview
+from courier.audit import audit_files
 from courier.procs import Children, courier_command, wait_for_report
 from courier.receiver import Receiver
 from courier.runner import clock_ms
 
 LEASE_MS = 1000
 TTL_MS = 30_000
-ORDER = {"id": "order-1", "qty": 5}
+ORDER: dict[str, Any] = {"id": "order-1", "qty": 5}
 REPORT_TIMEOUT_S = 15.0
 COURIER_TIMEOUT_S = 20.0
 
@@ -52,45 +54,50 @@ def courier(queue: Path, receiver: Receiver, owner: str, *extra: str) -> list[st
     )
 
 
-def stalling_courier(queue: Path, receiver: Receiver, report: Path, seconds: float) -> list[str]:
-    """c1: stalls right after its first 2xx, reporting the ticket it captured before sending."""
-    return courier(
-        queue,
-        receiver,
-        "c1",
-        "--until-drained",
-        "--stall-after-acks",
-        "1",
-        "--stall-report",
-        str(report),
-        "--stall-seconds",
-        str(seconds),
+def stalled_c1(
+    tmp_path: Path, receiver: Receiver, children: Children, stall_s: float
+) -> tuple[Path, subprocess.Popen[bytes], dict[str, Any]]:
+    """The one order's queue, and c1 stalled right after its first 2xx, with its report
+    (the ticket it captured before sending)."""
+    queue = tmp_path / "queue.sqlite"
+    one_order_queue(queue)
+    report_path = tmp_path / "c1.stalled.json"
+    drill = ["--stall-after-acks", "1", "--stall-report", str(report_path)]
+    argv = courier(
+        queue, receiver, "c1", "--until-drained", *drill, "--stall-seconds", str(stall_s)
     )
+    c1 = children.start(argv, tmp_path / "c1.log")
+    report = wait_for_report(report_path, c1, REPORT_TIMEOUT_S)
+    assert report is not None, (tmp_path / "c1.log").read_text()
+    return queue, c1, report
+
+
+def drain_with_c2(tmp_path: Path, queue: Path, receiver: Receiver, children: Children) -> None:
+    """c2 delivers until nothing is pending or leased, and exits 0."""
+    c2 = children.start(courier(queue, receiver, "c2", "--until-drained"), tmp_path / "c2.log")
+    assert wait(c2) == 0, (tmp_path / "c2.log").read_text()
 
 
 def the_job(queue: Path) -> dict[str, Any]:
-    con = queueview.connect_existing(queue)
-    try:
-        (job,) = queueview.job_rows(con)
-        return job
-    finally:
-        con.close()
+    (job,) = queueview.read_queue(queue)["jobs"]
+    return job
 
 
 def wait(proc: subprocess.Popen[bytes]) -> int:
     return proc.wait(timeout=COURIER_TIMEOUT_S + 5)
 
 
+def assert_one_effect_for_two_sends(queue: Path, receiver: Receiver) -> None:
+    """The audit of the files holds, with two delivery requests and one effect."""
+    audit = audit_files(queue, receiver.inbox.path, {ORDER["id"]: ORDER["qty"]})
+    assert audit.ok, audit.failures()
+    assert (audit.done, audit.effects, audit.deliveries) == (1, 1, 2)
+
+
 def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
     tmp_path: Path, receiver: Receiver, children: Children
 ) -> None:
-    queue = tmp_path / "queue.sqlite"
-    one_order_queue(queue)
-    report_path = tmp_path / "c1.stalled.json"
-    c1 = children.start(stalling_courier(queue, receiver, report_path, 20), tmp_path / "c1.log")
-
-    report = wait_for_report(report_path, c1, REPORT_TIMEOUT_S)
-    assert report is not None, (tmp_path / "c1.log").read_text()
+    queue, c1, report = stalled_c1(tmp_path, receiver, children, 20)
     old_ticket = report["ticket"]
     assert old_ticket == {
         **ORDER,
@@ -111,12 +118,9 @@ def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
         old_ticket["lease_until"],
     )
 
-    c2 = children.start(courier(queue, receiver, "c2", "--until-drained"), tmp_path / "c2.log")
-    assert wait(c2) == 0, (tmp_path / "c2.log").read_text()
+    drain_with_c2(tmp_path, queue, receiver, children)
 
-    inbox = receiver.inbox.summary()
-    assert (inbox["requests"], inbox["inbox_rows"], inbox["effects"]) == (2, 1, 1)
-    assert inbox["total_qty"] == ORDER["qty"]
+    assert_one_effect_for_two_sends(queue, receiver)
     first, second = receiver.inbox.requests()
     assert (first["sender"], first["status"]) == ("c1", 200)
     assert (second["sender"], second["status"]) == ("c2", 200)
@@ -137,21 +141,12 @@ def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
 def test_a_late_courier_that_was_not_killed_finds_its_result_stale(
     tmp_path: Path, receiver: Receiver, children: Children
 ) -> None:
-    queue = tmp_path / "queue.sqlite"
-    one_order_queue(queue)
-    report_path = tmp_path / "c1.stalled.json"
-    stall_s = LEASE_MS / 1000 * 2.5
-    c1 = children.start(
-        stalling_courier(queue, receiver, report_path, stall_s), tmp_path / "c1.log"
-    )
-    assert wait_for_report(report_path, c1, REPORT_TIMEOUT_S) is not None
+    queue, c1, _ = stalled_c1(tmp_path, receiver, children, LEASE_MS / 1000 * 2.5)
 
-    c2 = children.start(courier(queue, receiver, "c2", "--until-drained"), tmp_path / "c2.log")
-    assert wait(c2) == 0, (tmp_path / "c2.log").read_text()
+    drain_with_c2(tmp_path, queue, receiver, children)
     assert wait(c1) == 0, (tmp_path / "c1.log").read_text()
 
     assert "c1: order-1 token=1 -> stale" in (tmp_path / "c1.log").read_text()
     job = the_job(queue)
     assert (job["status"], job["token"], job["attempts"]) == ("done", 2, 2)
-    inbox = receiver.inbox.summary()
-    assert (inbox["requests"], inbox["inbox_rows"], inbox["effects"]) == (2, 1, 1)
+    assert_one_effect_for_two_sends(queue, receiver)
