@@ -65,7 +65,6 @@ _COUNT_DUE = f"SELECT count(*) {_DUE}"
 _SELECT_LEASE = """SELECT id, qty, owner, token, attempts, lease_until FROM jobs
   WHERE id = ? AND status = 'leased' AND owner = ?"""
 _SELECT_REDRIVE = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives WHERE seq = ?"
-_TABLES = (("jobs", _SELECT_JOBS), ("redrives", _SELECT_REDRIVES))
 _QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
 
 
@@ -112,7 +111,10 @@ def table_rows(con: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
     (``REDRIVE_COLUMNS``). One query per table and no transaction of its own, so it
     reads what ``con`` sees, also inside a transaction a fault hook is called in.
     """
-    return {table: con.execute(sql).fetchall() for table, sql in _TABLES}
+    return {
+        "jobs": con.execute(_SELECT_JOBS).fetchall(),
+        "redrives": con.execute(_SELECT_REDRIVES).fetchall(),
+    }
 
 
 def job_rows(con: sqlite3.Connection) -> list[dict[str, Any]]:
