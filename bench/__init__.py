@@ -1,9 +1,5 @@
 """bench: long-running checks of the whole system, outside the normal test suite.
 
-- ``bench.soak``: the chaos soak, ``python -m bench.soak --help``: one receiver, many
-  courier processes on one queue file, random kills, pauses, outages and receiver
-  faults, then a checker that reads both files and fails on anything lost, applied
-  twice or finished by a stale ticket.
 - ``bench.perf``: the performance benchmark, ``python -m bench.perf --help`` (``make
   bench``): the disk's limit, worker.py's single and batch calls against it, the peers
   (persist-queue, litequeue, huey) doing the same work, claim+finish latency from 1k

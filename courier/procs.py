@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["Children", "courier_command", "project_root", "wait_for_report"]
+__all__ = ["Children", "courier_command", "module_command", "project_root", "wait_for_report"]
 
 POLL_S = 0.01
 
@@ -27,9 +27,14 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
+def module_command(module: str, *args: object) -> list[str]:
+    """The argv of ``python -m MODULE ARGS...`` with this interpreter."""
+    return [sys.executable, "-m", module, *(str(arg) for arg in args)]
+
+
 def courier_command(*args: str | Path) -> list[str]:
     """The argv of ``python -m courier ARGS...`` with this interpreter."""
-    return [sys.executable, "-m", "courier", *(str(arg) for arg in args)]
+    return module_command("courier", *args)
 
 
 def _child_env() -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The chaos soak, short: a few hundred jobs, real couriers, real kills, one checker.
 
-``python -m bench.soak`` runs as a child process on a temporary directory, with a
+``python -m chaos`` runs as a child process on a temporary directory, with a
 fixed seed, and must exit 0: nothing lost, no effect applied twice, no done job
 without its effect, no ticket finished twice. The test then checks that the chaos
 really happened (kills at random moments, after the receiver's commit and inside
@@ -21,7 +21,11 @@ from typing import Any
 import pytest
 
 import worker
-from bench import soak
+from chaos import report as soak_report
+from chaos import schedule
+from chaos.child import chaos_command, sender_name, sender_pid
+from chaos.tally import ChaosCounts
+from courier.audit import Files
 from courier.procs import Children
 from courier.receiver import Fault, Inbox, Receiver
 from courier.runner import HttpSend
@@ -40,7 +44,7 @@ def run_short_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
     """Run the short soak as a child; return its exit status, report, output and seconds."""
     report_path = tmp_path / "report.json"
     log_path = tmp_path / "soak.log"
-    argv = soak.soak_command(
+    argv = chaos_command(
         "--jobs",
         JOBS,
         "--couriers",
@@ -93,11 +97,11 @@ def test_the_short_soak_passes_every_check(
     assert code == 0, output
     assert report["ok"] and report["failures"] == [], output
     assert set(report["must_be_zero"].values()) == {0}, output
-    jobs = report["jobs"]
-    assert jobs["enqueued"] == JOBS
-    assert jobs["done"] + jobs["dead_total"] == JOBS
-    assert jobs["lost"] == 0 and jobs["unfinished"] == [] and jobs["missing"] == []
-    assert report["effects"]["effects"] == jobs["done"] + report["effects"]["dead_with_effect"]
+    files = report["files"]
+    assert report["intake"]["enqueued"] == JOBS == files["jobs"]
+    assert files["done"] + sum(files["dead"].values()) == JOBS
+    assert files["lost"] == files["unfinished"] == files["missing"] == []
+    assert files["effects"] == files["done"] + len(files["dead_with_effect"])
     assert elapsed < SOAK_TIMEOUT_S
 
 
@@ -111,15 +115,15 @@ def test_the_chaos_really_happened(short_soak: tuple[int, dict[str, Any], str, f
     assert chaos["pauses"].get("resumed", 0) > 0, output
     assert report["fencing"]["stale_finishes_rejected"] > 0, output
     assert sum(chaos["receiver_faults"].values()) > 0
-    assert report["http"]["deliveries"] > report["http"]["effects"]
-    assert report["jobs"]["intake_retries"] > 0 and report["jobs"]["intake_conflicts"] > 0
+    assert report["files"]["deliveries"] > report["files"]["effects"]
+    assert report["intake"]["retries"] > 0 and report["intake"]["conflicts"] > 0
 
 
 def test_the_table_names_every_must_be_zero_figure(
     short_soak: tuple[int, dict[str, Any], str, float],
 ) -> None:
     _, report, output, _ = short_soak
-    table = soak.render_table(report)
+    table = soak_report.render_table(report)
     for name in report["must_be_zero"]:
         assert name in table
     assert "stale finishes attempted and rejected" in table
@@ -130,39 +134,44 @@ def test_the_table_names_every_must_be_zero_figure(
 
 
 def test_the_schedule_is_a_pure_function_of_the_seed() -> None:
-    config = soak.Config(couriers=4, jobs=200, seconds=60, seed=5)
-    assert soak.plan_chaos(config) == soak.plan_chaos(config)
-    assert soak.plan_intake(5, 200) == soak.plan_intake(5, 200)
-    assert soak.plan_chaos(config) != soak.plan_chaos(soak.Config(couriers=4, seconds=60, seed=6))
-    faults = [soak.receiver_fault(5, n, 750) for n in range(1, 500)]
-    assert faults == [soak.receiver_fault(5, n, 750) for n in range(1, 500)]
+    config = schedule.Config(couriers=4, jobs=200, seconds=60, seed=5)
+    assert schedule.plan_chaos(config) == schedule.plan_chaos(config)
+    assert schedule.plan_intake(5, 200) == schedule.plan_intake(5, 200)
+    other = schedule.Config(couriers=4, seconds=60, seed=6)
+    assert schedule.plan_chaos(config) != schedule.plan_chaos(other)
+    faults = [schedule.receiver_fault(5, n, 750) for n in range(1, 500)]
+    assert faults == [schedule.receiver_fault(5, n, 750) for n in range(1, 500)]
     assert {drawn[0] for drawn in faults if drawn is not None} == {
-        kind for kind, _ in soak.RECEIVER_FAULT_SHARES
+        kind for kind, _ in schedule.RECEIVER_FAULT_SHARES
     }
 
 
 def test_the_first_round_of_chaos_has_every_kind_and_everything_stays_in_bounds() -> None:
-    config = soak.Config(couriers=3, seconds=30, seed=1)
-    events = soak.plan_chaos(config)
-    first = events[: len(soak.CHAOS_KINDS)]
-    assert [event.kind for event in first] == list(soak.CHAOS_KINDS)
+    config = schedule.Config(couriers=3, seconds=30, seed=1)
+    events = schedule.plan_chaos(config)
+    first = events[: len(schedule.CHAOS_KINDS)]
+    assert [event.kind for event in first] == list(schedule.CHAOS_KINDS)
     assert all(0 < event.at_ms < 30_000 for event in events)
     assert [event.at_ms for event in events] == sorted(event.at_ms for event in events)
-    pauses = [event for event in events if event.kind in (soak.PAUSE, soak.PAUSE_IN_FLIGHT)]
+    pauses = [e for e in events if e.kind in (schedule.PAUSE, schedule.PAUSE_IN_FLIGHT)]
     assert all(event.duration_ms > config.lease_ms for event in pauses), (
         "a pause must outlast a lease"
     )
-    holds = [event for event in events if event.kind == soak.HOLD_LOCK]
-    assert all(event.duration_ms > soak.BUSY_TIMEOUT_MS for event in holds)
+    holds = [event for event in events if event.kind == schedule.HOLD_LOCK]
+    assert all(event.duration_ms > schedule.BUSY_TIMEOUT_MS for event in holds)
 
 
 def test_first_incarnations_drill_every_hook_point() -> None:
-    drills = [soak.drill_for(3, index, 0) for index in range(4)]
-    assert {(d.operation, d.point) for d in drills if d is not None} == set(soak.HOOK_POINTS)
+    drills = [schedule.drill_for(3, index, 0) for index in range(4)]
+    assert {(d.operation, d.point) for d in drills if d is not None} == set(schedule.HOOK_POINTS)
+    for drill in drills:
+        assert drill is not None and schedule.parse_drill(drill.name, drill.round) == drill
+    with pytest.raises(ValueError, match="a drill is one of"):
+        schedule.parse_drill("finish:after-audit", 1)
 
 
 def test_the_intake_plans_new_jobs_retries_and_conflicts() -> None:
-    ops = soak.plan_intake(2, 1000)
+    ops = schedule.plan_intake(2, 1000)
     new = {op.job_id: op.qty for op in ops if op.expect == "new"}
     assert len(new) == 1000
     for op in ops:
@@ -173,10 +182,21 @@ def test_the_intake_plans_new_jobs_retries_and_conflicts() -> None:
     assert {op.expect for op in ops} == {"new", "retry", "conflict"}
 
 
+def test_a_sender_name_gives_back_its_pid_and_nothing_else_does() -> None:
+    assert sender_pid(sender_name("c3", 4711)) == 4711
+    assert sender_pid(sender_name("r1-p2", 5)) == 5
+    assert [sender_pid(name) for name in (None, "", "c1", "c1-p", "-p12", "c1-px")] == [None] * 6
+
+
 # --- The checker ---------------------------------------------------------------------
 
 
-def observed(**changes: Any) -> soak.Observed:
+def record(events: list[dict[str, Any]], exit_code: int | None = 0) -> soak_report.ProcessRecord:
+    """A courier incarnation that logged ``events`` and ended with ``exit_code``."""
+    return soak_report.ProcessRecord("c1", 0, False, None, exit_code, None, True, events, 0, "")
+
+
+def observed(**changes: Any) -> soak_report.Observed:
     """A small, healthy run: two jobs done, one effect each, one stale finish."""
     job = dict.fromkeys(("seq", "attempts", "max_attempts", "available_at", "deadline"), 1)
     jobs = [
@@ -188,31 +208,30 @@ def observed(**changes: Any) -> soak.Observed:
         {"event": "result", "id": "b", "token": 1, "status": "stale"},
         {"event": "result", "id": "b", "token": 2, "status": "done"},
     ]
-    record = soak.ProcessRecord("c1", 0, False, None, 0, None, True, events, 0, "")
-    counts = soak.ChaosCounts()
+    counts = ChaosCounts()
     counts.pauses.update({"in flight": 1, "resumed": 1})
+    files: dict[str, Any] = {"jobs": jobs, "redrives": [], "effects": [("a", 2), ("b", 3)]}
+    files["answers"] = [200] * 3
+    files |= {name: changes.pop(name) for name in list(changes) if name in files}
     fields: dict[str, Any] = {
-        "config": soak.Config(),
+        "config": schedule.Config(),
         "ended": "drained",
         "timings": {"chaos": 1.0, "recovery": 1.0, "total": 2.0},
-        "jobs": jobs,
-        "audit": [],
-        "effects": [("a", 2), ("b", 3)],
-        "requests": [("POST", "/deliveries", 200)] * 3,
+        "files": Files(**files),
         "accepted": {"a": 2, "b": 3},
         "intake_outcomes": {"new": 2},
         "intake_surprises": [],
         "intake_busy": 0,
         "planned_new": 2,
-        "processes": [record],
+        "processes": [record(events)],
         "counts": counts,
         "receiver_faults": {},
     }
-    return soak.Observed(**(fields | changes))
+    return soak_report.Observed(**(fields | changes))
 
 
 def test_the_checker_passes_a_healthy_run() -> None:
-    report = soak.check(observed())
+    report = soak_report.check(observed())
     assert report["ok"], report["failures"]
     assert report["fencing"]["stale_finishes_rejected"] == 1
 
@@ -224,12 +243,13 @@ def test_the_checker_passes_a_healthy_run() -> None:
         ({"effects": [("a", 2)]}, "done jobs without an inbox effect = 1"),
         ({"effects": [("a", 2), ("b", 4)]}, "effects not matching an enqueued job = 1"),
         ({"accepted": {"a": 2, "b": 3, "c": 1}}, "lost = 1"),
+        ({"accepted": {"a": 2}}, "jobs nobody enqueued = 1"),
         ({"intake_surprises": ["c: expected new, got retry"]}, "intake surprises = 1"),
-        ({"audit": [("a", 5)]}, "audit tokens above the job's token = 1"),
+        ({"redrives": [{"id": "a", "token": 5}]}, "token faults = 1"),
     ],
 )
 def test_the_checker_fails_a_broken_run(changes: dict[str, Any], failure: str) -> None:
-    report = soak.check(observed(**changes))
+    report = soak_report.check(observed(**changes))
     assert not report["ok"]
     assert any(line.startswith(failure) for line in report["failures"]), report["failures"]
 
@@ -240,19 +260,18 @@ def test_the_checker_fails_a_ticket_finished_twice_and_a_run_with_pauses_but_no_
         {"event": "result", "id": "a", "token": 1, "status": "done"},
         {"event": "result", "id": "b", "token": 2, "status": "done"},
     ]
-    record = soak.ProcessRecord("c1", 0, False, None, 0, None, True, twice, 0, "")
-    failures = soak.check(observed(processes=[record]))["failures"]
+    failures = soak_report.check(observed(processes=[record(twice)]))["failures"]
     assert any(line.startswith("tickets finished twice = 1") for line in failures)
     assert any(line.startswith("stale finishes = 0") for line in failures)
 
 
 def test_the_checker_counts_a_crash_and_an_unexplained_kill() -> None:
-    crashed = soak.ProcessRecord("c1", 0, False, None, 1, None, False, [], 0, "Traceback")
-    killed = soak.ProcessRecord("c2", 0, False, None, -signal.SIGKILL, None, False, [], 0, "")
+    crashed = soak_report.ProcessRecord("c1", 0, False, None, 1, None, False, [], 0, "Traceback")
+    killed = record([], exit_code=-signal.SIGKILL)
     base = observed()
-    failures = soak.check(observed(processes=[*base.processes, crashed, killed]))["failures"]
-    assert any(line.startswith("courier crashes = 1") for line in failures)
-    assert any(line.startswith("unexplained kills = 1") for line in failures)
+    failures = soak_report.check(observed(processes=[*base.processes, crashed, killed]))
+    assert any(line.startswith("courier crashes = 1") for line in failures["failures"])
+    assert any(line.startswith("unexplained kills = 1") for line in failures["failures"])
 
 
 # --- The receiver's chaos knobs, as the soak uses them -----------------------------------

@@ -1,0 +1,213 @@
+"""One soak courier, a child process: ``python -m chaos courier QUEUE ...``.
+
+It is ``courier.runner.run_courier`` with an HTTP send, as ``courier run`` is, and
+two additions the checker needs:
+
+1. An event log (``EventLog``): one JSON line per ``run_once`` result, busy error
+   and drill, each flushed before the action it announces, so a SIGKILL loses at
+   most the action, never half a line. The checker reads it for what the files
+   cannot show (stale finishes, lock timeouts, the hook a courier died at).
+2. A drill, if it was given one (``chaos.schedule.Drill``): from round K on, its
+   rounds pass a fault hook to ``claim`` and ``finish`` that SIGKILLs the process at
+   one hook point (``drill_round``).
+
+The ``X-Courier`` header of each delivery is ``sender_name(owner, pid)``, so the
+receiver's chaos can act on the very process that sent a delivery it committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import worker
+from chaos.schedule import Drill, parse_drill
+from courier import queueview
+from courier.procs import module_command
+from courier.runner import HttpSend, Limits, Send, clock_ms, is_busy, run_courier, stop_on_signals
+
+__all__ = [
+    "DrillHook",
+    "EventLog",
+    "RecordedRounds",
+    "chaos_command",
+    "courier_main",
+    "drill_round",
+    "sender_name",
+    "sender_pid",
+]
+
+
+def chaos_command(*args: object) -> list[str]:
+    """The argv of ``python -m chaos ARGS...`` with this interpreter."""
+    return module_command("chaos", *args)
+
+
+def sender_name(owner: str, pid: int) -> str:
+    """The ``X-Courier`` header of one courier process: its owner name and its pid."""
+    return f"{owner}-p{pid}"
+
+
+def sender_pid(sender: str | None) -> int | None:
+    """The pid in a ``sender_name``, or ``None`` if ``sender`` is not one."""
+    owner, separator, pid = (sender or "").rpartition("-p")
+    return int(pid) if owner and separator and pid.isascii() and pid.isdigit() else None
+
+
+class EventLog:
+    """A courier's own record: one JSON object per line, flushed as it is written."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def write(self, event: str, **fields: object) -> None:
+        """Write one line with ``event``, this pid, the time and ``fields``, then flush."""
+        line = json.dumps({"event": event, "pid": os.getpid(), "at_ms": clock_ms(), **fields})
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class DrillHook:
+    """The fault hook of a drill: logs it and SIGKILLs this process at its point.
+
+    One hook serves a whole round: ``claim`` gets ``self.claim`` and ``finish`` gets
+    ``self.finish``, and each kills only at the drill's own operation and point.
+    """
+
+    def __init__(self, drill: Drill, events: EventLog) -> None:
+        self.drill = drill
+        self.events = events
+
+    def _at(self, operation: str, point: str) -> None:
+        if (operation, point) == (self.drill.operation, self.drill.point):
+            self.events.write("die", point=self.drill.name)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def claim(self, point: str) -> None:
+        self._at("claim", point)
+
+    def finish(self, point: str) -> None:
+        self._at("finish", point)
+
+
+def drill_round(
+    path: Path,
+    owner: str,
+    clock: Callable[[], int],
+    send: Send,
+    jitter: float,
+    lease_ms: int,
+    hook: DrillHook,
+) -> dict[str, Any] | None:
+    """One ``run_file`` round with the drill's hook passed to ``claim`` and ``finish``.
+
+    ``run_once`` takes no fault hook (contract section 7), so this is its sequence
+    in public calls: claim at the first clock reading, ``worker.classify_send`` (the
+    classification ``run_once`` itself uses) outside any transaction, finish at the
+    second reading. A hook fires only on a path that changed something, so a drill
+    may take several rounds to die.
+    """
+    con = worker.open_queue(queueview.require_queue_file(path))
+    try:
+        ticket = worker.claim(con, owner, clock(), lease_ms, hook.claim)
+        if ticket is None:
+            return None
+        outcome, delay_ms = worker.classify_send(send, ticket, jitter)
+        status = worker.finish(con, ticket, outcome, clock(), delay_ms, hook.finish)
+    finally:
+        con.close()
+    return {"id": ticket["id"], "token": ticket["token"], "status": status or "stale"}
+
+
+class RecordedRounds:
+    """``run_courier``'s step: ``worker.run_file``, or once armed the drill, each recorded.
+
+    Every result (``stale`` included) and every busy database error goes to the
+    event log; a busy error is then raised again, so that ``run_courier`` backs off
+    as it always does.
+    """
+
+    def __init__(self, events: EventLog, drill: Drill | None) -> None:
+        self.events = events
+        self.drill = drill
+        self.rounds = 0
+
+    def __call__(
+        self,
+        path: Path,
+        owner: str,
+        clock: Callable[[], int],
+        send: Send,
+        jitter: float,
+        lease_ms: int,
+    ) -> dict[str, Any] | None:
+        self.rounds += 1
+        try:
+            if self.drill is not None and self.rounds >= self.drill.round:
+                hook = DrillHook(self.drill, self.events)
+                result = drill_round(path, owner, clock, send, jitter, lease_ms, hook)
+            else:
+                result = worker.run_file(path, owner, clock, send, jitter, lease_ms)
+        except sqlite3.OperationalError as error:
+            if is_busy(error):
+                self.events.write("busy", detail=str(error))
+            raise
+        if result is not None:
+            self.events.write("result", **result)
+        return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos courier")
+    parser.add_argument("queue", type=Path)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--owner", required=True)
+    parser.add_argument("--events", type=Path, required=True)
+    parser.add_argument("--lease-ms", type=int, default=1000)
+    parser.add_argument("--timeout-ms", type=int, required=True)
+    parser.add_argument("--max-seconds", type=float, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--incarnation", type=int, default=0)
+    parser.add_argument("--drill", help="OPERATION:POINT, e.g. finish:after-commit")
+    parser.add_argument("--drill-round", type=int, default=1)
+    parser.add_argument("--until-drained", action="store_true")
+    return parser
+
+
+def courier_main(argv: Sequence[str]) -> int:
+    """Run one soak courier until its limits or SIGTERM; exit status 0."""
+    args = _parser().parse_args(argv)
+    stop = stop_on_signals()
+    drill = None if args.drill is None else parse_drill(args.drill, args.drill_round)
+    events = EventLog(args.events)
+    try:
+        events.write("start", owner=args.owner, drill=None if drill is None else drill.name)
+        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
+        limits = Limits(
+            max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
+        )
+        report = run_courier(
+            args.queue,
+            args.owner,
+            send,
+            lease_ms=args.lease_ms,
+            limits=limits,
+            stop=stop,
+            rng=rng.random,
+            step=RecordedRounds(events, drill),
+        )
+        events.write("stop", reason=report.stop_reason, runs=report.runs, busy=report.busy)
+    finally:
+        events.close()
+    return 0

@@ -1,0 +1,84 @@
+"""The receiver's side of the chaos: per-delivery faults, outages, armed sender actions.
+
+``ReceiverChaos.fault_for`` and ``ReceiverChaos.on_commit`` are the knobs of
+``courier.receiver.Receiver``; they run on its handler threads, under one lock. The
+n-th well-formed delivery gets ``chaos.schedule.receiver_fault(seed, n)``. An armed
+event (a kill or a pause after commit) waits for the next delivery that commits,
+from any courier that may be signalled, and is then fired at that delivery's sender.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+
+from chaos.fleet import Fleet
+from chaos.schedule import ChaosEvent, Config, receiver_fault
+from chaos.tally import ChaosCounts
+from courier.receiver import Fault, Verdict
+
+__all__ = ["ReceiverChaos"]
+
+
+class ReceiverChaos:
+    """What the receiver does to the deliveries of one run (``disable`` stops it all)."""
+
+    def __init__(self, config: Config, counts: ChaosCounts) -> None:
+        self.config = config
+        self.counts = counts
+        self.faults: Counter[str] = Counter()
+        self.fleet: Fleet | None = None
+        self._lock = threading.Lock()
+        self._enabled = True
+        self._ordinal = 0
+        self._outage_until = 0.0
+        self._armed: deque[ChaosEvent] = deque()
+
+    def disable(self) -> None:
+        """Stop injecting anything; armed events that never fired are counted."""
+        with self._lock:
+            self._enabled = False
+            self.counts.armed_left = len(self._armed)
+            self._armed.clear()
+
+    def arm(self, event: ChaosEvent) -> bool:
+        """Fire ``event`` (kill or pause) at the sender of the next committed delivery."""
+        with self._lock:
+            self._armed.append(event)
+        return True
+
+    def outage(self, duration_ms: int) -> bool:
+        """Answer 503 to every delivery for ``duration_ms``."""
+        with self._lock:
+            self._outage_until = time.monotonic() + duration_ms / 1000
+            self.counts.outages += 1
+        return True
+
+    def fault_for(self, delivery_id: str, sender: str | None) -> Fault | None:
+        """The receiver's ``faults`` knob: an outage's 503, the seed's fault, or none."""
+        with self._lock:
+            if not self._enabled:
+                return None
+            if time.monotonic() < self._outage_until:
+                self.faults["outage 503"] += 1
+                return Fault(status=503)
+            self._ordinal += 1
+            ordinal = self._ordinal
+        drawn = receiver_fault(self.config.seed, ordinal, self.config.http_timeout_ms)
+        if drawn is None:
+            return None
+        kind, fault = drawn
+        with self._lock:
+            self.faults[kind] += 1
+        return fault
+
+    def on_commit(self, delivery_id: str, sender: str | None, verdict: Verdict) -> None:
+        """The receiver's ``on_commit`` knob: fire the oldest armed event at this sender."""
+        with self._lock:
+            if not self._enabled or not self._armed or self.fleet is None:
+                return
+            event = self._armed.popleft()
+        if not self.fleet.act_on_sender(sender, event):
+            with self._lock:
+                self._armed.appendleft(event)

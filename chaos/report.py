@@ -1,0 +1,294 @@
+"""The soak's report: what the checker finds after a run, and the table it prints.
+
+The checker trusts files, not reports. What the queue file and the inbox file can
+decide (lost jobs, effects applied twice, done jobs without an effect, effects
+without their job, tokens) is decided by ``courier.audit``, the same check the demo
+and the process tests use, with the intake's accepted jobs as the expected ones.
+The couriers' event logs add only what the files cannot show: how each finish came
+back (``stale`` ones must have been rejected, no ticket finished twice, no job done
+by two tickets), how each process ended, and the lock timeouts seen. The chaos
+counts say how much chaos there was; no rule trusts them.
+
+A job quarantined as ``dead`` may still have had its effect applied: that is the
+gap the contract does not claim to close, counted, never a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.fleet import CourierProcess
+from chaos.schedule import HOOK_POINTS, Config
+from chaos.tally import ChaosCounts
+from courier import audit
+
+__all__ = ["Observed", "ProcessRecord", "check", "process_record", "render_table"]
+
+LOG_TAIL_LINES = 15
+
+
+@dataclass
+class ProcessRecord:
+    """One courier incarnation as the checker sees it."""
+
+    owner: str
+    incarnation: int
+    healthy: bool
+    drill: str | None
+    exit_code: int | None
+    killed_for: str | None
+    terminated: bool
+    events: list[dict[str, Any]]
+    unreadable_lines: int
+    log_tail: str
+
+
+@dataclass
+class Observed:
+    """Everything the checker reads after a run: both files, the event logs, the counts."""
+
+    config: Config
+    ended: str
+    timings: dict[str, float]
+    files: audit.Files
+    accepted: dict[str, int]
+    intake_outcomes: dict[str, int]
+    intake_surprises: list[str]
+    intake_busy: int
+    planned_new: int
+    processes: list[ProcessRecord]
+    counts: ChaosCounts
+    receiver_faults: dict[str, int]
+
+
+def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON lines of one event log, and how many lines could not be read."""
+    if not path.exists():
+        return [], 0
+    events: list[dict[str, Any]] = []
+    unreadable = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            unreadable += 1
+            continue
+        if isinstance(value, dict):
+            events.append(value)
+        else:
+            unreadable += 1
+    return events, unreadable
+
+
+def _tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def process_record(courier: CourierProcess) -> ProcessRecord:
+    """What the checker needs of one courier incarnation, its event log read back."""
+    events, unreadable = read_events(courier.events)
+    return ProcessRecord(
+        owner=courier.owner,
+        incarnation=courier.incarnation,
+        healthy=courier.healthy,
+        drill=None if courier.drill is None else courier.drill.name,
+        exit_code=courier.exit_code,
+        killed_for=courier.killed_for,
+        terminated=courier.terminated,
+        events=events,
+        unreadable_lines=unreadable,
+        log_tail=_tail(courier.log),
+    )
+
+
+def _exit_kind(record: ProcessRecord) -> str:
+    """How one courier process ended: the checker's classification."""
+    code = record.exit_code
+    if record.killed_for is not None:
+        return f"killed by the supervisor ({record.killed_for})"
+    if code == -signal.SIGKILL:
+        dies = [event for event in record.events if event.get("event") == "die"]
+        return f"died at hook {dies[-1]['point']}" if dies else "unexplained SIGKILL"
+    if code == 0 or (code == -signal.SIGTERM and record.terminated):
+        return "stopped"
+    return "crashed"
+
+
+def fencing_figures(processes: list[ProcessRecord]) -> dict[str, Any]:
+    """What the couriers saw of their finishes: stale ones, and any fenced twice.
+
+    A ticket ``(id, token)`` belongs to exactly one claim, so it can be finished
+    (not ``stale``) at most once; and ``done`` is final, so one id is done by at
+    most one ticket.
+    """
+    results = [e for p in processes for e in p.events if e.get("event") == "result"]
+    by_status = Counter(str(e["status"]) for e in results)
+    finishes = Counter((e["id"], e["token"]) for e in results if e["status"] != "stale")
+    done_tokens: dict[str, set[int]] = defaultdict(set)
+    for event in results:
+        if event["status"] == "done":
+            done_tokens[event["id"]].add(event["token"])
+    return {
+        "run_once_results": dict(sorted(by_status.items())),
+        "stale_finishes_rejected": by_status["stale"],
+        "tickets_finished_twice": sorted(f"{i}@{t}" for (i, t), n in finishes.items() if n > 1),
+        "jobs_done_by_two_tickets": sorted(
+            i for i, tokens in done_tokens.items() if len(tokens) > 1
+        ),
+        "largest_token_reported": max((int(e["token"]) for e in results), default=0),
+    }
+
+
+def process_figures(processes: list[ProcessRecord]) -> dict[str, Any]:
+    """How every courier process ended, and where the drills killed them."""
+    kinds = Counter(_exit_kind(record) for record in processes)
+    hooks = Counter(
+        kind.removeprefix("died at hook ") for kind in kinds.elements() if "hook" in kind
+    )
+    crashed = [
+        {"owner": r.owner, "incarnation": r.incarnation, "exit": r.exit_code, "log": r.log_tail}
+        for r in processes
+        if _exit_kind(r) == "crashed"
+    ]
+    busy = sum(1 for p in processes for e in p.events if e.get("event") == "busy")
+    crashed_on_lock = sum(1 for c in crashed if "locked" in str(c["log"]))
+    return {
+        "started": len(processes),
+        "endings": dict(sorted(kinds.items())),
+        "killed_at_hook": {f"{o}:{p}": hooks[f"{o}:{p}"] for o, p in HOOK_POINTS},
+        "crashes": crashed,
+        "unexplained_kills": kinds["unexplained SIGKILL"],
+        "unreadable_event_lines": sum(r.unreadable_lines for r in processes),
+        "lock_timeouts_seen": busy,
+        "lock_timeouts_survived": busy - crashed_on_lock,
+    }
+
+
+def _chaos_figures(obs: Observed, processes: dict[str, Any]) -> dict[str, Any]:
+    counts = obs.counts
+    return {
+        "kills": dict(sorted(counts.kills.items())),
+        "killed_at_hook": processes["killed_at_hook"],
+        "pauses": dict(sorted(counts.pauses.items())),
+        "restarts": counts.restarts,
+        "receiver_faults": dict(sorted(obs.receiver_faults.items())),
+        "outages": counts.outages,
+        "redrives": dict(sorted(counts.redrives.items())),
+        "skipped_no_target": dict(sorted(counts.skipped.items())),
+        "armed_never_fired": counts.armed_left,
+    }
+
+
+def check(obs: Observed) -> dict[str, Any]:
+    """The report of one run: every figure, the must-be-zero ones, and the failures."""
+    files = audit.check(obs.files, obs.accepted)
+    fencing = fencing_figures(obs.processes)
+    processes = process_figures(obs.processes)
+    from_logs = {
+        "tickets finished twice": len(fencing["tickets_finished_twice"]),
+        "jobs done by two tickets": len(fencing["jobs_done_by_two_tickets"]),
+        "intake surprises": len(obs.intake_surprises),
+        "courier crashes": len(processes["crashes"]),
+        "unexplained kills": processes["unexplained_kills"],
+    }
+    failures = files.failures()
+    failures += [f"{name} = {value} (must be 0)" for name, value in from_logs.items() if value]
+    # A courier frozen in flight (after the receiver's commit, before its answer) for
+    # longer than its lease must come back to a stale finish: the fencing at work.
+    frozen = obs.counts.pauses["in flight"]
+    if frozen and not fencing["stale_finishes_rejected"]:
+        failures.append(f"stale finishes = 0 after {frozen} pauses in flight (must be > 0)")
+    return {
+        "config": asdict(obs.config),
+        "ended": obs.ended,
+        "timings_s": obs.timings,
+        "files": files.as_dict(),
+        "intake": {
+            "planned": obs.planned_new,
+            "enqueued": len(obs.accepted),
+            "retries": obs.intake_outcomes.get("retry", 0),
+            "conflicts": obs.intake_outcomes.get("conflict", 0),
+            "surprises": obs.intake_surprises,
+            "redriven": len({row["id"] for row in obs.files.redrives}),
+        },
+        "fencing": fencing,
+        "processes": processes,
+        "chaos": _chaos_figures(obs, processes),
+        "locks": {
+            "courier_lock_timeouts": processes["lock_timeouts_seen"],
+            "intake_lock_timeouts": obs.intake_busy,
+            "lock_holds": dict(obs.counts.lock_holds),
+        },
+        "must_be_zero": files.must_be_zero() | from_logs,
+        "failures": failures,
+        "ok": not failures,
+    }
+
+
+# --- The table ----------------------------------------------------------------------
+
+
+def _pairs(mapping: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in mapping.items()) or "none"
+
+
+def _figure_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    files, intake = report["files"], report["intake"]
+    fencing, procs = report["fencing"], report["processes"]
+    return [
+        ("jobs enqueued (planned)", f"{intake['enqueued']} ({intake['planned']})", ""),
+        ("intake retries / conflicts", f"{intake['retries']} / {intake['conflicts']}", ""),
+        ("jobs done", str(files["done"]), ""),
+        ("jobs dead, by reason", f"{sum(files['dead'].values())}: {_pairs(files['dead'])}", ""),
+        ("dead jobs whose effect was applied", str(len(files["dead_with_effect"])), "allowed"),
+        ("jobs redriven by the operator", str(intake["redriven"]), ""),
+        ("stale finishes attempted and rejected", str(fencing["stale_finishes_rejected"]), "> 0"),
+        ("run_once results", _pairs(fencing["run_once_results"]), ""),
+        (
+            "lock timeouts seen / survived",
+            f"{procs['lock_timeouts_seen']} / {procs['lock_timeouts_survived']}",
+            "",
+        ),
+        ("intake lock timeouts", str(report["locks"]["intake_lock_timeouts"]), ""),
+        ("HTTP delivery requests / effects", f"{files['deliveries']} / {files['effects']}", ""),
+        ("delivery answers by status", _pairs(files["answers"]), ""),
+        ("largest fencing token", str(files["largest_token"]), ""),
+    ]
+
+
+def _chaos_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    chaos, procs = report["chaos"], report["processes"]
+    holds = _pairs(report["locks"]["lock_holds"])
+    return [
+        ("courier processes started / restarts", f"{procs['started']} / {chaos['restarts']}", ""),
+        ("SIGKILLs by the supervisor", _pairs(chaos["kills"]), ""),
+        ("SIGKILLs inside a fault hook", _pairs(chaos["killed_at_hook"]), ""),
+        ("pauses (SIGSTOP past the lease)", _pairs(chaos["pauses"]), ""),
+        ("receiver faults injected", _pairs(chaos["receiver_faults"]), ""),
+        ("receiver outages / write-lock holds", f"{chaos['outages']} / {holds}", ""),
+        ("operator redrives", _pairs(chaos["redrives"]), ""),
+    ]
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """The report as a fixed-width table: figure, the rule it must keep, value."""
+    zero = [(name, str(value), "= 0") for name, value in report["must_be_zero"].items()]
+    rows = _figure_rows(report) + zero + _chaos_rows(report)
+    width = max(len(label) for label, _, _ in rows)
+    timings = report["timings_s"]
+    lines = [
+        f"chaos phase {timings['chaos']} s (ended: {report['ended']}), "
+        f"recovery {timings['recovery']} s, total {timings['total']} s",
+        f"{'figure':<{width}}  {'rule':<7}  value",
+        f"{'-' * width}  {'-' * 7}  {'-' * 5}",
+    ]
+    lines += [f"{label:<{width}}  {rule:<7}  {value}" for label, value, rule in rows]
+    return "\n".join(lines)

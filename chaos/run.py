@@ -1,0 +1,225 @@
+"""One whole soak: the chaos phase, the recovery, then the checker.
+
+``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` as its
+knobs) and the fleet, feeds the intake and follows the schedule until every planned
+job was enqueued and none is pending or leased, or ``config.seconds`` have passed;
+then it stops the chaos (receiver faults off, frozen couriers resumed, every courier
+asked to stop and killed if it has not), lets healthy couriers drain the queue
+within ``config.recovery_seconds``, and hands both files and every event log to
+``chaos.report.check``. Every loop is bounded in count and time, and every child is
+killed and reaped (``courier.procs.Children``) even on failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import worker
+from chaos.fleet import Fleet
+from chaos.intake import Intake
+from chaos.operator import LockHolder, Operator
+from chaos.receiver import ReceiverChaos
+from chaos.report import Observed, check, process_record
+from chaos.schedule import (
+    CHAOS_KINDS,
+    HOLD_LOCK,
+    KILL,
+    KILL_AFTER_COMMIT,
+    OUTAGE,
+    PAUSE,
+    PAUSE_IN_FLIGHT,
+    ChaosEvent,
+    Config,
+    plan_chaos,
+    plan_intake,
+)
+from chaos.tally import ChaosCounts
+from courier.audit import read_files
+from courier.procs import Children
+from courier.receiver import Receiver
+
+__all__ = ["Paths", "run_soak"]
+
+TICK_S = 0.02
+PROGRESS_S = 10.0
+
+Out = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one run keeps its files: all under one directory."""
+
+    root: Path
+
+    @property
+    def queue(self) -> Path:
+        return self.root / "queue.sqlite"
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox.sqlite"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def create(self) -> Paths:
+        self.events.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+@dataclass
+class Rig:
+    """Everything the chaos phase acts on."""
+
+    config: Config
+    fleet: Fleet
+    receiver_chaos: ReceiverChaos
+    intake: Intake
+    lock: LockHolder
+    operator: Operator
+    counts: ChaosCounts
+
+
+def apply_chaos(event: ChaosEvent, rig: Rig) -> None:
+    """Do one scheduled chaos event; count it as skipped if it found nothing to act on."""
+    if event.kind == KILL:
+        done = rig.fleet.kill_target(event.target)
+    elif event.kind == PAUSE:
+        done = rig.fleet.pause_target(event)
+    elif event.kind in (KILL_AFTER_COMMIT, PAUSE_IN_FLIGHT):
+        done = rig.receiver_chaos.arm(event)
+    elif event.kind == HOLD_LOCK:
+        done = rig.lock.hold(event.duration_ms)
+    elif event.kind == OUTAGE:
+        done = rig.receiver_chaos.outage(event.duration_ms)
+    else:
+        done = rig.operator.redrive(event.target, rig.intake)
+    if not done:
+        rig.counts.skipped[event.kind] += 1
+
+
+def _progress(rig: Rig, elapsed_s: float, out: Out) -> None:
+    counts = rig.intake.status_counts()
+    if counts is None:
+        return
+    kills = sum(rig.counts.kills.values())
+    out(
+        f"  {elapsed_s:6.1f} s: enqueued {len(rig.intake.accepted)}/{rig.config.jobs}, "
+        f"done {counts['done']}, dead {counts['dead']}, "
+        f"unfinished {counts['pending'] + counts['leased']}; kills {kills}, "
+        f"pauses {rig.counts.pauses['resumed']}, restarts {rig.counts.restarts}"
+    )
+
+
+def run_chaos(rig: Rig, out: Out) -> str:
+    """The chaos phase: feed jobs and follow the schedule; return why it ended.
+
+    It ends ``drained`` once every planned enqueue was made and no job is
+    pending or leased, or ``time`` after ``config.seconds``.
+    """
+    schedule = deque(plan_chaos(rig.config))
+    first_round_ms = max((event.at_ms for event in list(schedule)[: len(CHAOS_KINDS)]), default=0)
+    started = time.monotonic()
+    ends_at = started + rig.config.seconds
+    rig.fleet.start_all(ends_at)
+    next_progress = started + PROGRESS_S
+    for _ in range(int(rig.config.seconds / TICK_S) + 1):
+        now = time.monotonic()
+        if now >= ends_at:
+            break
+        rig.fleet.tick(now)
+        rig.lock.tick(now)
+        rig.operator.tick()
+        unfinished = None if rig.lock.held else rig.intake.feed()
+        if rig.intake.done and unfinished == 0:
+            return "drained"
+        elapsed_ms = (now - started) * 1000
+        while schedule and schedule[0].at_ms <= elapsed_ms:
+            apply_chaos(schedule.popleft(), rig)
+        if elapsed_ms > first_round_ms:
+            rig.intake.release()
+        if now >= next_progress:
+            _progress(rig, now - started, out)
+            next_progress = now + PROGRESS_S
+        time.sleep(TICK_S)
+    return "time"
+
+
+def _observe(
+    rig: Rig, paths: Paths, ended: str, timings: dict[str, float], receiver_faults: dict[str, int]
+) -> Observed:
+    """Read both files and every event log, once every process has stopped."""
+    return Observed(
+        config=rig.config,
+        ended=ended,
+        timings=timings,
+        files=read_files(paths.queue, paths.inbox),
+        accepted=dict(rig.intake.accepted),
+        intake_outcomes=dict(rig.intake.outcomes),
+        intake_surprises=list(rig.intake.surprises),
+        intake_busy=rig.intake.busy,
+        planned_new=sum(1 for op in rig.intake.ops if op.expect == "new"),
+        processes=[process_record(courier) for courier in rig.fleet.everyone],
+        counts=rig.counts,
+        receiver_faults=dict(receiver_faults),
+    )
+
+
+def run_soak(config: Config, root: Path, out: Out) -> dict[str, Any]:
+    """Run the chaos phase and the recovery in ``root``; return the checker's report."""
+    paths = Paths(root).create()
+    worker.open_queue(paths.queue).close()
+    counts = ChaosCounts()
+    receiver_chaos = ReceiverChaos(config, counts)
+    started = time.monotonic()
+    with Children() as children:
+        receiver = Receiver(
+            paths.inbox, faults=receiver_chaos.fault_for, on_commit=receiver_chaos.on_commit
+        )
+        with receiver:
+            fleet = Fleet(
+                config, paths.queue, paths.events, paths.logs, receiver.url, children, counts
+            )
+            receiver_chaos.fleet = fleet
+            ops = plan_intake(config.seed, config.jobs)
+            intake = Intake(paths.queue, ops, config.couriers, config.jobs_per_s)
+            rig = Rig(
+                config,
+                fleet,
+                receiver_chaos,
+                intake,
+                LockHolder(paths.queue, counts),
+                Operator(children, paths.queue, paths.logs, counts),
+                counts,
+            )
+            out(f"receiver on {receiver.url}; files in {root}")
+            try:
+                ended = run_chaos(rig, out)
+            finally:
+                receiver_chaos.disable()
+                rig.lock.release()
+                fleet.stop_all(config.stop_grace_s)
+                rig.operator.finish()
+                intake.close()
+            chaos_s = time.monotonic() - started
+            out(f"chaos phase over ({ended}) after {chaos_s:.1f} s; recovering")
+            fleet.run_healthy(config.recovery_seconds)
+    total_s = time.monotonic() - started
+    timings = {
+        "chaos": round(chaos_s, 1),
+        "recovery": round(total_s - chaos_s, 1),
+        "total": round(total_s, 1),
+    }
+    return check(_observe(rig, paths, ended, timings, receiver_chaos.faults))

@@ -1,0 +1,26 @@
+"""What the chaos did, counted as it did it: the supervisor's side of the report.
+
+The checker does not trust these counts for any rule that files can decide; they say
+how much chaos a run really had (a quiet run must not pass for a survived one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["ChaosCounts"]
+
+
+@dataclass
+class ChaosCounts:
+    """Kills, pauses, restarts, skipped events, lock holds, outages and redrives."""
+
+    kills: Counter[str] = field(default_factory=Counter)
+    pauses: Counter[str] = field(default_factory=Counter)
+    restarts: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    lock_holds: Counter[str] = field(default_factory=Counter)
+    outages: int = 0
+    redrives: Counter[str] = field(default_factory=Counter)
+    armed_left: int = 0
