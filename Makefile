@@ -35,7 +35,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png
+	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png --page docs/performance.md
 
 ## mutants: mutation testing of worker.py against the stateful suite alone (about 16 min on 2 cores)
 mutants: $(STAMP)
