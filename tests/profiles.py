@@ -14,6 +14,8 @@ builds its rounds on ``fuzz``.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
@@ -51,3 +53,37 @@ settings.register_profile(
 settings.register_profile(
     "fuzz", max_examples=1_000_000, stateful_step_count=60, **_SHRUNK_AND_PRINTED
 )
+
+
+@dataclass(frozen=True)
+class ParallelSizes:
+    """How much the parallel suite (``tests/parallel``) does under a profile.
+
+    ``examples``: programs drawn; ``repeats``: runs of each candidate once a failure
+    has been seen (interleavings are not deterministic; see ``tests.parallel.trial``);
+    ``budget``: the history checker's model steps per run before "unknown".
+    """
+
+    examples: int
+    repeats: int
+    budget: int = 100_000
+
+
+# ci: 1,200 programs took about 2 minutes on 2 cores (docs/testing.md, "Parallel histories").
+PARALLEL: dict[str, ParallelSizes] = {
+    "ci": ParallelSizes(examples=1200, repeats=5),
+    "dev": ParallelSizes(examples=100, repeats=5),
+    "mutation": ParallelSizes(examples=200, repeats=1),
+    "fuzz": ParallelSizes(examples=1_000_000, repeats=10),
+}
+
+
+def profile_name() -> str:
+    """The profile chosen by ``HYPOTHESIS_PROFILE`` (``ci`` by default)."""
+    return os.environ.get("HYPOTHESIS_PROFILE", "ci")
+
+
+def parallel_settings() -> tuple[settings, ParallelSizes]:
+    """The active profile's settings, sized for the parallel suite, and its sizes."""
+    sizes = PARALLEL[profile_name()]
+    return settings(settings.get_profile(profile_name()), max_examples=sizes.examples), sizes

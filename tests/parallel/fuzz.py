@@ -1,0 +1,75 @@
+"""A time-bounded campaign of parallel programs on worker.py.
+
+    python -m tests.parallel.fuzz --minutes 10      (or: make fuzz MODE=parallel MINUTES=10)
+
+Draws programs with random seeds (the ``fuzz`` profile), in rounds, until the time is up, runs
+each on real processes and checks every history. On the first failure hypothesis
+shrinks the program (each candidate run ``repeats`` times) and prints it with its
+timeline, and the campaign exits 1. It reports programs, calls, distinct
+interleavings seen and the checker's verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from hypothesis import given, settings
+
+from tests import profiles
+from tests.parallel.backends import SQLiteBackend
+from tests.parallel.program import Program
+from tests.parallel.runner import Pool
+from tests.parallel.strategies import programs
+from tests.parallel.trial import Trials
+
+ROUND_EXAMPLES = 50  # programs per round of hypothesis, each round with a new seed
+
+
+def campaign(minutes: float) -> int:
+    sizes = profiles.PARALLEL["fuzz"]
+    pool = Pool()
+    trials = Trials(pool, SQLiteBackend(), sizes.repeats, sizes.budget)
+    stop_at = time.monotonic() + minutes * 60
+    started = time.monotonic()
+    interleavings: set[tuple[str, object]] = set()
+    verdicts = {"ok": 0, "unknown": 0, "failed": 0}
+
+    @settings(settings.get_profile("fuzz"), max_examples=ROUND_EXAMPLES)
+    @given(program=programs())
+    def one(program: Program) -> None:
+        trial = trials.attempt(program)
+        interleavings.update((repr(program), order) for order in trial.interleavings)
+        verdicts["failed" if trial.failed else "unknown" if trial.unknown else "ok"] += 1
+        assert not trial.failed, trial.report()
+
+    status = 0
+    try:
+        while time.monotonic() < stop_at:
+            one()
+    except AssertionError:
+        status = 1
+        raise
+    finally:
+        pool.close()
+        elapsed = time.monotonic() - started
+        print(
+            f"programs: {trials.programs} in {elapsed:.0f} s"
+            f" = {trials.programs / max(elapsed, 1e-9):.1f} programs/s"
+        )
+        print(f"calls: {trials.calls}")
+        print(f"distinct interleavings seen: {len(interleavings)}")
+        print("verdicts: " + ", ".join(f"{kind} {count}" for kind, count in verdicts.items()))
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0, help="how long to fuzz")
+    args = parser.parse_args(argv)
+    return campaign(args.minutes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""Concurrency bugs planted in copies of ``worker.py``: what the parallel suite must catch.
+
+Each ``Plant`` is a realistic mistake, made by exact text replacements in worker.py's
+source; every replaced text must appear exactly once, so a plant that no longer fits
+the code fails loudly instead of planting nothing. ``plant(bug, folder)`` writes the
+copy and returns the backend that runs it. ``docs/testing.md`` records, for each one,
+whether the sequential lockstep catches it and what the parallel suite takes to.
+
+    python -m tests.parallel.planted            # every plant: time to fail, shrunk size, rate
+    python -m tests.parallel.planted --only finish-deferred-begin
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.parallel.backends import SQLiteBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A bug: its name, what it does, and the replacements that make it."""
+
+    name: str
+    summary: str
+    replacements: tuple[tuple[str, str], ...]
+
+    def source(self, original: str) -> str:
+        text = original
+        for old, new in self.replacements:
+            count = text.count(old)
+            if count != 1:
+                raise AssertionError(f"plant {self.name}: {count} places match {old[:60]!r}")
+            text = text.replace(old, new)
+        return text
+
+
+_FINISH_TXN = """    with _write_transaction(con, fault) as hooks:
+        status = _settle(con, ticket, outcome, now_ms, delay_ms)
+        if status is None:
+            return False
+        hooks.reached("after-finish")
+    return status"""
+
+_CLAIM_TXN = """    with _write_transaction(con, fault) as hooks:
+        _quarantine(con, now_ms)
+        ticket = _lease_next(con, owner, now_ms, lease_ms, _nothing_known())
+        if ticket is None:
+            return None
+        hooks.reached("after-claim")
+    return ticket"""
+
+PLANTS = (
+    Plant(
+        "finish-deferred-begin",
+        "finish opens its transaction with a deferred BEGIN: its first statement reads,"
+        " so it asks for the write lock while holding a read lock, and deadlocks with"
+        " another writer",
+        (
+            (
+                "def _write_transaction(con: sqlite3.Connection, fault: Fault | None = None)",
+                "def _write_transaction(\n    con: sqlite3.Connection, fault: Fault | None = None,"
+                ' begin: str = "BEGIN IMMEDIATE"\n)',
+            ),
+            ('    con.execute("BEGIN IMMEDIATE")\n', "    con.execute(begin)\n"),
+            (
+                _FINISH_TXN,
+                _FINISH_TXN.replace(
+                    "_write_transaction(con, fault)", '_write_transaction(con, fault, "BEGIN")'
+                ),
+            ),
+        ),
+    ),
+    Plant(
+        "claim-chooses-then-leases",
+        "claim quarantines and chooses the job in one transaction, commits, and leases"
+        " the job it chose in a second one",
+        (
+            (
+                _CLAIM_TXN,
+                """    with _write_transaction(con):
+        _quarantine(con, now_ms)
+        job = _next_claimable(con, now_ms, _nothing_known())
+    if job is None:
+        return None
+    with _write_transaction(con, fault) as hooks:
+        ticket = _lease_job(con, owner, now_ms, lease_ms, job)
+        hooks.reached("after-claim")
+    return ticket""",
+            ),
+            (
+                "    job = _next_claimable(con, now_ms, starts)\n    if job is None:\n"
+                "        return None\n    seq, job_id",
+                "    job = _next_claimable(con, now_ms, starts)\n    if job is None:\n"
+                "        return None\n"
+                "    return _lease_job(con, owner, now_ms, lease_ms, job)\n\n\n"
+                "def _lease_job(\n"
+                "    con: Any, owner: str, now_ms: int, lease_ms: int, job: Any\n"
+                ") -> Any:\n"
+                "    seq, job_id",
+            ),
+        ),
+    ),
+    Plant(
+        "quarantine-commits-alone",
+        "claim commits its quarantine in a transaction of its own, then leases in a second one",
+        (
+            (
+                _CLAIM_TXN,
+                _CLAIM_TXN.replace(
+                    "        _quarantine(con, now_ms)\n",
+                    "",
+                ).replace(
+                    "    with _write_transaction(con, fault) as hooks:\n",
+                    "    with _write_transaction(con):\n        _quarantine(con, now_ms)\n"
+                    "    with _write_transaction(con, fault) as hooks:\n",
+                ),
+            ),
+        ),
+    ),
+    Plant(
+        "send-inside-claim",
+        "run_once sends while the claim's transaction is still open, and commits after the answer",
+        (
+            (
+                """    claimed_at = clock()
+    ticket = claim(con, owner, claimed_at, lease_ms)
+    if ticket is None:
+        return None
+    outcome, delay_ms = _deliver(send, ticket, jitter)""",
+                """    claimed_at = clock()
+    _now_ms("now_ms", claimed_at)
+    with _write_transaction(con):
+        _quarantine(con, claimed_at)
+        ticket = _lease_next(con, owner, claimed_at, lease_ms, _nothing_known())
+        if ticket is None:
+            return None
+        outcome, delay_ms = _deliver(send, ticket, jitter)""",
+            ),
+        ),
+    ),
+    Plant(
+        "claim-many-lets-go",
+        "claim_many commits after each lease and takes the lock again for the next one",
+        (
+            (
+                "            tickets.append(ticket)\n        if tickets:",
+                '            tickets.append(ticket)\n            con.execute("COMMIT")\n'
+                '            con.execute("BEGIN IMMEDIATE")\n        if tickets:',
+            ),
+        ),
+    ),
+    Plant(
+        "finish-checks-then-updates",
+        "finish checks the ticket with a read of its own, then opens the write"
+        " transaction and updates the row it found by seq",
+        (
+            (
+                _FINISH_TXN,
+                """    live = _live_lease(con, ticket, now_ms)
+    with _write_transaction(con, fault) as hooks:
+        if live is None:
+            return False
+        seq, attempts, max_attempts, deadline = live
+        status, reason, available_at = _settlement(
+            outcome, attempts, max_attempts, now_ms, delay_ms, deadline
+        )
+        con.execute(_SETTLE, (status, reason, available_at, seq))
+        hooks.reached("after-finish")
+    return status
+
+
+def _live_lease(con: Any, ticket: Any, now_ms: int) -> Any:
+    return _row(
+        con,
+        _SELECT_LIVE_LEASE,
+        (
+            ticket["id"],
+            ticket["qty"],
+            ticket["owner"],
+            ticket["token"],
+            ticket["attempt"],
+            ticket["lease_until"],
+            now_ms,
+            now_ms,
+        ),
+    )""",
+            ),
+        ),
+    ),
+    Plant(
+        "redrive-reads-first",
+        "redrive reads the job's status and token before its write transaction",
+        (
+            (
+                """    with _write_transaction(con, fault) as hooks:
+        job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))""",
+                """    job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))
+    with _write_transaction(con, fault) as hooks:""",
+            ),
+        ),
+    ),
+    Plant(
+        "enqueue-reads-first",
+        "enqueue looks the id up with a read of its own, then inserts in a write transaction",
+        (
+            (
+                """    with _write_transaction(con):
+        return _intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts)""",
+                """    existing = _row(con, _SELECT_QTY, (job_id,))
+    with _write_transaction(con):
+        if existing is None:
+            con.execute(_INSERT_JOB, (job_id, qty, max_attempts, now_ms, now_ms + ttl_ms))
+            return True
+        if existing[0] == qty:
+            return False
+        raise Conflict(f"job {job_id!r} exists with qty {existing[0]}, not {qty}")""",
+            ),
+        ),
+    ),
+)
+
+BY_NAME = {bug.name: bug for bug in PLANTS}
+
+
+def plant(bug: Plant, folder: Path) -> SQLiteBackend:
+    """Write worker.py with ``bug`` planted into ``folder``; the backend that runs it."""
+    path = folder / f"worker_{bug.name.replace('-', '_')}.py"
+    path.write_text(bug.source((ROOT / "worker.py").read_text(encoding="utf-8")), encoding="utf-8")
+    return SQLiteBackend(module_path=str(path))
+
+
+# --- The measurement: python -m tests.parallel.planted ------------------------------------
+
+
+def hunt(bug: Plant, folder: Path, repeats: int = 10) -> dict[str, object]:
+    """Run the parallel suite, as CI runs it (the ``ci`` profile, derandomized), on the
+    plant: how long until the first failure, and what the shrunk program is."""
+    import time
+
+    from hypothesis import given, settings
+
+    from tests.parallel.runner import Pool
+    from tests.parallel.strategies import programs
+    from tests.parallel.trial import Trial, Trials
+    from tests.profiles import parallel_settings
+
+    ci_settings, sizes = parallel_settings()
+    pool = Pool()
+    trials = Trials(pool, plant(bug, folder), repeats, sizes.budget)
+    started = time.monotonic()
+    seen: dict[str, object] = {}
+    last: list[Trial] = []
+
+    @settings(ci_settings, database=None, print_blob=False)
+    @given(program=programs())
+    def suite(program: object) -> None:
+        trial = trials.attempt(program)  # type: ignore[arg-type]
+        if trial.failed:
+            seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
+            seen.setdefault("programs_to_first_failure", trials.programs)
+            last.append(trial)
+            raise AssertionError(trial.report())
+
+    try:
+        suite()
+    except AssertionError:
+        pass
+    finally:
+        pool.close()
+    result: dict[str, object] = {"plant": bug.name, "caught": bool(last), **seen}
+    if last:
+        final = last[-1]
+        result.update(
+            total_s=round(time.monotonic() - started, 1),
+            shrunk_calls=final.program.size,
+            shrunk_branches=len(final.program.branches),
+            failed_runs=f"{final.failures} of {final.runs}",
+            example=final.report(),
+        )
+    else:
+        result["programs"] = trials.programs
+    return result
+
+
+def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object]:
+    """Run the sequential lockstep (``tests/stateful``, ci profile) against the plant, in
+    a copy of the project whose worker.py is the planted one."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    copy = folder / f"project-{bug.name}"
+    for part in ("model", "courier", "tests"):
+        shutil.copytree(ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    (copy / "worker.py").write_text(
+        bug.source((ROOT / "worker.py").read_text(encoding="utf-8")), encoding="utf-8"
+    )
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONPATH": str(copy)}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "tests/stateful/test_lockstep.py",
+            ],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        caught = done.returncode != 0
+    except subprocess.TimeoutExpired:
+        caught = False
+    return {"lockstep_catches": caught, "lockstep_s": round(time.monotonic() - started, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="Measure the parallel suite on each plant.")
+    parser.add_argument("--only", action="append", choices=sorted(BY_NAME), help="one plant")
+    parser.add_argument("--lockstep", action="store_true", help="also run the sequential suite")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="planted-") as scratch:
+        for bug in PLANTS:
+            if args.only and bug.name not in args.only:
+                continue
+            result = hunt(bug, Path(scratch))
+            if args.lockstep:
+                result.update(lockstep(bug, Path(scratch)))
+            results.append(result)
+            shown = {key: value for key, value in result.items() if key != "example"}
+            print(json.dumps(shown), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(result["caught"] for result in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,329 @@
+"""The hypothesis strategy of parallel programs, drawn whole before anything runs.
+
+``programs()`` draws a sequential prefix (one to five calls, enqueues first) and two or
+three branches of up to eight calls from the lockstep's vocabulary: ``enqueue`` and
+``enqueue_many`` with colliding ids, ``claim`` and ``claim_many`` (two owners, short
+and long leases), ``finish`` and ``finish_many`` with tickets the branch got earlier and
+stale ones from the prefix, ``redrive``, ``run_once`` with a scripted send, and faults at
+the hook points. Two race wideners: a hook that pauses inside the transaction (before
+COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
+or right after a delivery.
+
+Times are drawn as the lockstep draws them: while drawing, the program so far runs on
+a ``QueueModel`` (the prefix, then the branches in turn), and each branch's clock moves
+to the next ``lease_until``, ``deadline`` or ``available_at`` among those rows, or one
+millisecond either side, or a few milliseconds on; so leases expire in the middle of a
+program. Each branch's clock never goes back. Every choice shrinks towards its first
+option: no fault, a plain claim, the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+
+import model
+from tests.parallel.program import (
+    AFTER_COMMIT,
+    PREFIX,
+    Call,
+    Fault,
+    InjectedFault,
+    Program,
+    Send,
+    TicketRef,
+)
+
+IDS = ("a", "b", "c")
+OWNERS = ("c1", "c2")
+START_MS = 1000
+MAX_PREFIX = 5
+MAX_BRANCH_CALLS = 8
+TTLS = (100, 5, 20, 1000, 60000)
+LEASES = (None, 10, 1, 2, 5, 50, 1000)
+BUDGETS = (None, 1, 2, 3)
+DELAYS = (0, 1, 5, 50)
+JITTERS = (0.5, 0.0, 1.0)
+STEPS_MS = (1, 2, 5, 20)
+BOUNDARIES = ("lease_until", "deadline", "available_at")
+OFFSETS = (0, -1, 1)
+PAUSES_MS = (2, 1, 5)
+# The hook points of each verb that has a hook: before COMMIT first, then after it.
+POINTS = {
+    "claim": ("after-claim", AFTER_COMMIT),
+    "claim_many": ("after-claim", AFTER_COMMIT),
+    "finish": ("after-finish", AFTER_COMMIT),
+    "finish_many": ("after-finish", AFTER_COMMIT),
+    "redrive": ("after-audit", "after-redrive", AFTER_COMMIT),
+}
+BRANCH_VERBS = (
+    "claim",
+    "finish",
+    "claim_many",
+    "finish_many",
+    "run_once",
+    "enqueue",
+    "redrive",
+    "enqueue_many",
+)
+PREFIX_VERBS = ("enqueue", "claim", "enqueue_many", "claim_many", "finish", "redrive")
+BRANCH_SENDS = ("ack", "pause", "retryable", "permanent", "bad_ack", "crash", "die")
+PREFIX_SENDS = ("ack", "retryable", "permanent")
+# How the second clock reading of a run_once lands: the same, a little later, or at the
+# lease's end or one ms before it (the stale and the last-moment finish).
+LATER = ("same", "before_lease_end", "at_lease_end", "5")
+
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+
+
+class Sketch:
+    """The program being drawn, run on a ``QueueModel`` as it grows (prefix, then the
+    branches in turn), so that times can be drawn from the rows' boundaries."""
+
+    def __init__(self) -> None:
+        self.queue = model.QueueModel()
+        self.clocks: dict[str, int] = {PREFIX: START_MS}
+        self.claims: dict[str, list[tuple[int, int]]] = {PREFIX: []}  # (call index, tickets)
+
+    def boundaries(self, after: int) -> list[int]:
+        """Every boundary among the rows (and one ms either side) not before ``after``."""
+        rows = self.queue.rows()["jobs"]
+        found = set()
+        for row in rows:
+            for value in (row[7], row[8], row[10]):  # available_at, deadline, lease_until
+                if value is None:
+                    continue
+                for offset in OFFSETS:
+                    if value + offset >= after:
+                        found.add(value + offset)
+        return sorted(found)
+
+    def apply(self, lane: str, index: int, call: Call) -> None:
+        """Run ``call`` on the model (a raising fault raises there; pauses, kills and
+        sends that die are left out: this is only a sketch of the times and tickets)."""
+        kwargs = {name: value for name, value in call.args if value is not None}
+        fault = kwargs.pop("fault", None)
+        if isinstance(fault, Fault) and fault.kind == "raise":
+            kwargs["fault"] = _raise_at(fault.point)
+        try:
+            if call.verb == "run_once":
+                self.queue.run_once(
+                    kwargs["owner"],
+                    iter(kwargs["readings"]).__next__,
+                    _answer(kwargs["send"]),
+                    kwargs["jitter"],
+                    **({"lease_ms": kwargs["lease_ms"]} if "lease_ms" in kwargs else {}),
+                )
+                return
+            if call.verb in ("finish", "finish_many"):
+                return  # tickets are known only when the program runs
+            result = getattr(self.queue, call.verb)(**kwargs)
+        except Exception:
+            return
+        if call.verb == "claim":
+            self.claims[lane].append((index, 0 if result is None else 1))
+        elif call.verb == "claim_many":
+            self.claims[lane].append((index, len(result)))
+
+
+def _raise_at(point: str) -> Callable[[str], None]:
+    def hook(at: str) -> None:
+        if at == point:
+            raise InjectedFault(at)
+
+    return hook
+
+
+def _answer(send: Send) -> Callable[[dict[str, Any]], object]:
+    def answer(delivery: dict[str, Any]) -> object:
+        if send.behaviour == "retryable":
+            raise model.Retryable("timeout")
+        if send.behaviour == "permanent":
+            raise model.Permanent("rejected")
+        if send.behaviour in ("bad_ack", "crash"):
+            raise RuntimeError(send.behaviour)
+        return True
+
+    return answer
+
+
+def now_for(draw: Draw, sketch: Sketch, lane: str) -> int:
+    """The lane's next time: the same, a boundary of the rows ahead, or a few ms on."""
+    clock = sketch.clocks[lane]
+    how = draw(st.sampled_from(["same", "boundary", "step"]))
+    if how == "boundary":
+        ahead = sketch.boundaries(clock)
+        if ahead:
+            clock = draw(st.sampled_from(ahead))
+    elif how == "step":
+        clock += draw(st.sampled_from(STEPS_MS))
+    sketch.clocks[lane] = clock
+    return clock
+
+
+def fault_for(draw: Draw, verb: str, in_branch: bool) -> Fault | None:
+    """No fault; an error raised at a hook point; a pause inside the transaction; or,
+    in a branch, SIGKILL at a hook point."""
+    kinds = ["none", "none", "pause", "raise"] + (["kill"] if in_branch else [])
+    kind = draw(st.sampled_from(kinds))
+    points = POINTS[verb]
+    if kind == "none":
+        return None
+    if kind == "pause":
+        return Fault("pause", draw(st.sampled_from(points[:-1])), draw(st.sampled_from(PAUSES_MS)))
+    return Fault(kind, draw(st.sampled_from(points)))
+
+
+def ticket_ref(draw: Draw, sketch: Sketch, lane: str) -> TicketRef | None:
+    """A ticket this lane got earlier, or a (by now likely stale) one from the prefix;
+    ``None`` if no claim came before."""
+    options = [
+        TicketRef(source, index, item)
+        for source in dict.fromkeys((lane, PREFIX))
+        for index, count in sketch.claims[source]
+        for item in range(max(count, 1))
+    ]
+    if not options:
+        return None
+    ref: TicketRef = draw(st.sampled_from(options))
+    return ref
+
+
+def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
+    """One call of ``verb`` in ``lane``; ``None`` if it has nothing to work on yet."""
+    in_branch = lane != PREFIX
+    now = now_for(draw, sketch, lane)
+    if verb == "enqueue":
+        event = {"id": draw(st.sampled_from(IDS)), "qty": draw(st.sampled_from([1, 2]))}
+        ttl, budget = draw(st.sampled_from(TTLS)), draw(st.sampled_from(BUDGETS))
+        return Call(
+            verb, (("event", event), ("now_ms", now), ("ttl_ms", ttl), ("max_attempts", budget))
+        )
+    if verb == "enqueue_many":
+        events = draw(
+            st.lists(
+                st.fixed_dictionaries({"id": st.sampled_from(IDS), "qty": st.sampled_from([1, 2])}),
+                min_size=1,
+                max_size=3,
+            )
+        )
+        ttl, budget = draw(st.sampled_from(TTLS)), draw(st.sampled_from(BUDGETS))
+        return Call(
+            verb,
+            (("events", events), ("now_ms", now), ("ttl_ms", ttl), ("max_attempts", budget)),
+        )
+    if verb in ("claim", "claim_many"):
+        owner, lease = draw(st.sampled_from(OWNERS)), draw(st.sampled_from(LEASES))
+        limit = (("limit", draw(st.integers(1, 3))),) if verb == "claim_many" else ()
+        return Call(
+            verb,
+            (
+                ("owner", owner),
+                ("now_ms", now),
+                *limit,
+                ("lease_ms", lease),
+                ("fault", fault_for(draw, verb, in_branch)),
+            ),
+        )
+    if verb == "finish":
+        ref = ticket_ref(draw, sketch, lane)
+        if ref is None:
+            return None
+        outcome = draw(st.sampled_from(model.rules.OUTCOMES))
+        return Call(
+            verb,
+            (
+                ("ticket", ref),
+                ("outcome", outcome),
+                ("now_ms", now),
+                ("delay_ms", draw(st.sampled_from(DELAYS))),
+                ("fault", fault_for(draw, verb, in_branch)),
+            ),
+        )
+    if verb == "finish_many":
+        items = []
+        for _ in range(draw(st.integers(1, 3))):
+            ref = ticket_ref(draw, sketch, lane)
+            if ref is None:
+                return None
+            items.append(
+                {
+                    "ticket": ref,
+                    "outcome": draw(st.sampled_from(model.rules.OUTCOMES)),
+                    "delay_ms": draw(st.sampled_from(DELAYS)),
+                }
+            )
+        return Call(
+            verb, (("results", items), ("now_ms", now), ("fault", fault_for(draw, verb, in_branch)))
+        )
+    if verb == "redrive":
+        return Call(
+            verb,
+            (
+                ("job_id", draw(st.sampled_from(IDS))),
+                ("now_ms", now),
+                ("ttl_ms", draw(st.sampled_from(TTLS))),
+                ("note", "ops"),
+                ("fault", fault_for(draw, verb, in_branch)),
+            ),
+        )
+    assert verb == "run_once"
+    behaviour = draw(st.sampled_from(BRANCH_SENDS if in_branch else PREFIX_SENDS))
+    send = Send(behaviour, draw(st.sampled_from(PAUSES_MS)) if behaviour == "pause" else 0)
+    lease = draw(st.sampled_from(LEASES))
+    later = draw(st.sampled_from(LATER))
+    span = lease if lease is not None else 1000
+    second = {
+        "same": now,
+        "before_lease_end": now + span - 1,
+        "at_lease_end": now + span,
+    }.get(later, now + 5)
+    sketch.clocks[lane] = second
+    return Call(
+        verb,
+        (
+            ("owner", draw(st.sampled_from(OWNERS))),
+            ("readings", (now, second)),
+            ("send", send),
+            ("jitter", draw(st.sampled_from(JITTERS))),
+            ("lease_ms", lease),
+        ),
+    )
+
+
+@st.composite
+def programs(
+    draw: Draw,
+    max_branches: int = 3,
+    max_calls: int = MAX_BRANCH_CALLS,
+    max_prefix: int = MAX_PREFIX,
+) -> Program:
+    """A prefix and 2 to ``max_branches`` branches of 1 to ``max_calls`` calls each."""
+    sketch = Sketch()
+    prefix: list[Call] = []
+    for index in range(draw(st.integers(1, max_prefix))):
+        verb = "enqueue_many" if index == 0 else draw(st.sampled_from(PREFIX_VERBS))
+        call = call_for(draw, sketch, PREFIX, verb)
+        if call is not None:
+            sketch.apply(PREFIX, len(prefix), call)
+            prefix.append(call)
+    lanes = [f"b{number}" for number in range(1, draw(st.integers(2, max_branches)) + 1)]
+    lengths = {lane: draw(st.integers(1, max_calls)) for lane in lanes}
+    branches: dict[str, list[Call]] = {lane: [] for lane in lanes}
+    for lane in lanes:
+        sketch.clocks[lane] = sketch.clocks[PREFIX]
+        sketch.claims[lane] = []
+    for step in range(max(lengths.values())):
+        for lane in lanes:
+            if step >= lengths[lane]:
+                continue
+            call = call_for(draw, sketch, lane, draw(st.sampled_from(BRANCH_VERBS)))
+            if call is not None:
+                sketch.apply(lane, len(branches[lane]), call)
+                branches[lane].append(call)
+    for lane in lanes:
+        if not branches[lane]:  # every call drawn had nothing to work on: a claim does
+            branches[lane].append(call_for(draw, sketch, lane, "claim"))  # type: ignore[arg-type]
+    return Program(tuple(prefix), tuple(tuple(branches[lane]) for lane in lanes))

@@ -1,0 +1,78 @@
+"""Running one program several times, because interleavings are not deterministic.
+
+A program that fails once is a bug, whatever the other runs did. While hypothesis is
+still looking, each program runs once (a race found by chance is found all the same);
+once a failure has been seen in the test, hypothesis is shrinking, and each candidate
+runs ``repeats`` times and counts as failing if any run failed. So a shrunk program
+keeps only what makes it fail within that many runs, and the report says how often the
+final one did ("7 of 10 runs"), with the timeline of its first failing run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tests.parallel.backends import Backend
+from tests.parallel.judge import DEFAULT_BUDGET, Judgement, judge
+from tests.parallel.program import Program, describe
+from tests.parallel.runner import Pool
+from tests.parallel.timeline import render
+
+
+@dataclass
+class Trial:
+    """What the runs of one program showed."""
+
+    program: Program
+    runs: int = 0
+    failures: int = 0
+    unknown: int = 0
+    first_failure: Judgement | None = None
+    interleavings: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
+
+    @property
+    def failed(self) -> bool:
+        return self.failures > 0
+
+    def report(self) -> str:
+        assert self.first_failure is not None
+        return (
+            f"the program failed {self.failures} of {self.runs} runs\n\n"
+            f"{describe(self.program)}\n\n"
+            f"its first failing run:\n{render(self.first_failure)}"
+        )
+
+
+class Trials:
+    """Runs programs on one backend: once each until a failure is seen, then
+    ``repeats`` times each (see the module docstring)."""
+
+    def __init__(
+        self, pool: Pool, backend: Backend, repeats: int, budget: int = DEFAULT_BUDGET
+    ) -> None:
+        self.pool = pool
+        self.backend = backend
+        self.repeats = repeats
+        self.budget = budget
+        self.shrinking = False
+        self.programs = 0
+        self.calls = 0
+
+    def attempt(self, program: Program) -> Trial:
+        trial = Trial(program)
+        self.programs += 1
+        for _ in range(self.repeats if self.shrinking else 1):
+            run = self.pool.run(program, self.backend)
+            self.calls += len(run.records)
+            judgement = judge(run, self.backend, self.budget)
+            trial.runs += 1
+            trial.interleavings.add(run.interleaving())
+            if judgement.failed:
+                trial.failures += 1
+                if trial.first_failure is None:
+                    trial.first_failure = judgement
+            elif judgement.unknown:
+                trial.unknown += 1
+        if trial.failed:
+            self.shrinking = True
+        return trial
