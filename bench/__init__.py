@@ -1,11 +1,13 @@
-"""bench: long-running checks of the whole system, outside the normal test suite.
+"""bench: the performance benchmark, ``python -m bench.perf --help`` (``make bench``).
 
-- ``bench.perf``: the performance benchmark, ``python -m bench.perf --help`` (``make
-  bench``): the disk's limit, worker.py's single and batch calls against it, the peers
-  (persist-queue, litequeue, huey) doing the same work, claim+finish latency from 1k
-  to 1M rows, N courier processes on one file, syncs per call and every statement's
-  query plan. Its parts: ``measure`` (timing), ``limits``, ``ops``, ``peers``, ``rows``
-  (the latency files' shapes), ``latency``, ``slowpaths``, ``couriers``, ``syncs`` (strace),
-  ``plans`` (``python -m bench.plans``), ``report`` (tables, goals) and ``chart``.
-  Results and their explanation: docs/performance.md.
+It measures what users ask, through worker.py's public calls and the contract's
+schema only: the disk's limit and what the durability settings cost (``limits``,
+``syncs`` with strace), worker.py's single and batch calls beside that limit
+(``ops``), the peers persist-queue, litequeue and huey doing the same work
+(``peers``), claim+finish latency from 1k to 1M rows (``latency``, on the shapes of
+``rows``), N courier processes on one file (``couriers``) and the queue states that
+are slow (``slowpaths``). ``measure`` times, ``perf`` runs the sections, ``report``
+renders docs/performance.md from the recorded JSON and ``chart`` draws its chart.
+A backend with a benchmark of its own adds one module here and one section to
+``perf.SECTIONS``. The soak of the whole system is ``chaos`` (not part of bench).
 """

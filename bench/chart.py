@@ -94,7 +94,8 @@ def draw(results: dict[str, Any], path: Path) -> bool:
     _latency(right, results)
     meta = results.get("meta", {})
     figure.suptitle(
-        f"lease-queue benchmark, {meta.get('started', '')}, {meta.get('disk', '')}", fontsize=9
+        f"lease-queue benchmark, {str(meta.get('started', ''))[:10]}, {meta.get('disk', '')}",
+        fontsize=9,
     )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import worker
 from bench.rows import fill_pending
+from courier.runner import clock_ms, is_busy
 
 __all__ = ["run_couriers"]
 
@@ -31,21 +32,13 @@ RESULT_GRACE_S = 30.0
 JOBS_PER_SECOND_CEILING = 5_000  # prefill: more than N couriers can take in the window
 
 
-def _clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _locked(error: sqlite3.OperationalError) -> bool:
-    return "database is locked" in str(error)
-
-
 def _open(path: str, counts: dict[str, Any], until: float) -> sqlite3.Connection | None:
     """``worker.open_queue``, retried on lock timeouts (counted) until ``until``."""
     while time.monotonic() < until:
         try:
             return worker.open_queue(path)
         except sqlite3.OperationalError as error:
-            if not _locked(error):
+            if not is_busy(error):
                 raise
             counts["locked"] += 1
     return None
@@ -55,9 +48,9 @@ def _finish(con: sqlite3.Connection, ticket: dict[str, Any], counts: dict[str, A
     """Finish ``ticket`` ok, retrying lock timeouts, until it is done or stale."""
     while True:
         try:
-            status = worker.finish(con, ticket, "ok", _clock_ms())
+            status = worker.finish(con, ticket, "ok", clock_ms())
         except sqlite3.OperationalError as error:
-            if not _locked(error):
+            if not is_busy(error):
                 raise
             counts["locked"] += 1
             continue  # bounded: once the lease has run out, finish answers False
@@ -78,9 +71,9 @@ def courier(path: str, owner: str, seconds: float, go: Any, results: Any) -> Non
     try:
         while time.monotonic() < stop:
             try:
-                ticket = worker.claim(con, owner, _clock_ms(), LEASE_MS)
+                ticket = worker.claim(con, owner, clock_ms(), LEASE_MS)
             except sqlite3.OperationalError as error:
-                if not _locked(error):
+                if not is_busy(error):
                     raise
                 counts["locked"] += 1
                 continue
@@ -112,7 +105,7 @@ def run_couriers(folder: Path, processes: int, seconds: float) -> dict[str, Any]
     path = folder / f"couriers-{processes}.sqlite"
     con = worker.open_queue(path)
     try:
-        fill_pending(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, _clock_ms())
+        fill_pending(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
     finally:
         con.close()
     context = multiprocessing.get_context("spawn")

@@ -35,7 +35,7 @@ from typing import Any
 
 import worker
 from bench.measure import T0_MS, percentile
-from bench.rows import CONTRACT_SCHEMA, DUE_ROWS, fill_shape, status_counts
+from bench.rows import DUE_ROWS, fill_shape, status_counts
 
 __all__ = ["foreign_file", "index_names", "measure_latencies"]
 
@@ -199,7 +199,7 @@ def foreign_file(folder: Path, rows: int, cycles: int, warmup: int) -> dict[str,
     _remove(path)
     con = sqlite3.connect(path, isolation_level=None)
     try:
-        for statement in CONTRACT_SCHEMA:
+        for statement in worker.SCHEMA:  # the contract's two tables, no index
             con.execute(statement)
         fill_shape(con, "history", rows, T0_MS)
         before = index_names(con)

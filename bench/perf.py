@@ -2,13 +2,17 @@
 
     python -m bench.perf                                   # the full run (about 3 minutes)
     python -m bench.perf --quick                           # a smoke run (seconds)
-    python -m bench.perf --json docs/performance.json --chart docs/performance.png
-    python -m bench.perf --render docs/performance.json    # the tables of a recorded run
+    python -m bench.perf --json docs/performance.json --chart docs/performance.png \
+        --page docs/performance.md                         # what make bench runs
+    python -m bench.perf --render docs/performance.json --page docs/performance.md
 
 One run, one folder on one disk (``--dir``; by default a temporary folder under
 /tmp, removed afterwards), one process at a time except in the couriers section.
-It prints markdown tables, and the JSON of every figure (to ``--json`` if given, else
-after the tables). The sections, in the order they run:
+It prints the user page (``bench.report``: docs/performance.md, every number from the
+run), and the JSON of every figure (to ``--json`` if given, else after the page);
+``--render`` does the same from a recorded JSON, without a run. Everything goes
+through worker.py's public calls and the contract's schema. The sections, in the
+order they run:
 
 1. ``limit``: bare ``BEGIN IMMEDIATE; UPDATE one row; COMMIT`` under DELETE+FULL (the
    contract's settings; *the limit*), and for context under WAL+FULL and WAL+NORMAL;
@@ -18,24 +22,18 @@ after the tables). The sections, in the order they run:
 3. ``peers``: persist-queue, litequeue and huey doing the same work in their default
    modes, with the journal mode and synchronous setting read back from their own
    connections (``bench.peers``).
-4. ``paired``: each single call beside the limit, one limit transaction then one call,
-   in three layers: the call's write statement alone on the contract's two tables, the
-   same with worker.py's indexes, and the call itself (``bench.paired``). The goal of
-   0.9 of the limit is judged on these ratios.
-5. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
-   created by someone else with only the contract's two tables (``bench.latency``);
-   ``slowpaths``: other queue states where claim's cost could grow (``bench.slowpaths``).
+4. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
+   created by someone else with only the contract's two tables (``bench.latency``).
+5. ``slowpaths``: queue states where claim's cost could grow (``bench.slowpaths``).
 6. ``couriers``: N processes on one file, cycles/s and lock timeouts (``bench.couriers``).
 7. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
-8. ``plans``: EXPLAIN QUERY PLAN of every statement in worker.py (``bench.plans``).
 
 Sections 1-3 run ``--rounds`` times (5 by default), one after the other (limit,
 worker, peers; limit, worker, peers; ...), and each figure is its median round (every
 round's rate is kept in the JSON as ``rounds_per_s``). Throughput is "operations over
 a fixed count", timed with ``time.perf_counter``, each loop also bounded in time
-(``Settings.max_seconds``). Ratios compare figures of the same run. The
-goals of the issue are judged at the end (``bench.report.judge_goals``). Never run it
-on tmpfs (/dev/shm): fsync there is free and every figure would be a lie.
+(``Settings.max_seconds``). Ratios compare figures of the same run. Never run it on
+tmpfs (/dev/shm): fsync there is free and every figure would be a lie.
 """
 
 from __future__ import annotations
@@ -60,34 +58,12 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench import (
-    chart,
-    couriers,
-    latency,
-    limits,
-    ops,
-    paired,
-    peers,
-    plans,
-    report,
-    slowpaths,
-    syncs,
-)
+from bench import chart, couriers, latency, limits, ops, peers, report, slowpaths, syncs
 from bench.measure import median_of_rounds
 
 __all__ = ["SECTIONS", "Settings", "main", "run"]
 
-SECTIONS = (
-    "limit",
-    "worker",
-    "peers",
-    "paired",
-    "latency",
-    "slowpaths",
-    "couriers",
-    "syncs",
-    "plans",
-)
+SECTIONS = ("limit", "worker", "peers", "latency", "slowpaths", "couriers", "syncs")
 DEFAULT_ROWS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_ROWS = (1_000, 2_000)
 # DELETE+FULL is the limit; the others are context: what WAL would change, and what a
@@ -237,19 +213,6 @@ def section_peers(folder: Path, settings: Settings, log: Callable[[str], None]) 
     return out
 
 
-def section_paired(folder: Path, settings: Settings, log: Callable[[str], None]) -> dict[str, Any]:
-    """Each single call beside the limit, transaction by transaction, in three layers."""
-    here = folder / "paired"
-    here.mkdir()
-    try:
-        out = paired.measure(here, settings.count, settings.max_seconds)
-    finally:
-        shutil.rmtree(here, ignore_errors=True)
-    for layer, figures in out.items():
-        log(f"paired, {layer}: " + ", ".join(f"{k} {v['ratio']:.3f}" for k, v in figures.items()))
-    return out
-
-
 def section_latency(
     folder: Path, settings: Settings, log: Callable[[str], None]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -283,19 +246,6 @@ def section_slowpaths(
         log(
             f"slow path {entry['case']} at {entry['size']:,}: p50 {entry['p50_ms']} ms,"
             f" synchronous=OFF {entry['off_p50_ms']} ms"
-        )
-    return results
-
-
-def section_deep_search(
-    folder: Path, settings: Settings, log: Callable[[str], None]
-) -> list[dict[str, Any]]:
-    """claim's deeper search against the one pass it replaced (``bench.slowpaths``)."""
-    results = slowpaths.measure_deep_search(folder, settings.slowpath_scale)
-    for entry in results:
-        log(
-            f"deep search, {entry['ahead']:,} ahead of {entry['due']:,} due:"
-            f" _lowest_due {entry['lowest_due_ms']} ms, one pass {entry['one_pass_ms']} ms"
         )
     return results
 
@@ -371,7 +321,7 @@ def _rounds(
 def run(
     folder: Path, settings: Settings, sections: Sequence[str], command: str = ""
 ) -> dict[str, Any]:
-    """Run ``sections`` in ``folder``; return every figure, the goals judged, as JSON."""
+    """Run ``sections`` in ``folder``; return every figure as JSON."""
     started = time.monotonic()
     loads: list[float] = []
 
@@ -398,19 +348,14 @@ def run(
         }
     }
     results.update(_rounds(folder, settings, sections, log))
-    if "paired" in sections:
-        results["paired"] = section_paired(folder, settings, log)
     if "latency" in sections:
         results["latency"], results["foreign_file"] = section_latency(folder, settings, log)
     if "slowpaths" in sections:
         results["slowpaths"] = section_slowpaths(folder, settings, log)
-        results["deep_search"] = section_deep_search(folder, settings, log)
     if "couriers" in sections:
         results["couriers"] = section_couriers(folder, settings, log)
     if "syncs" in sections:
         results["syncs"] = section_syncs(folder, settings, log)
-    if "plans" in sections:
-        results["plans"] = plans.explain_all(folder)
     results["meta"]["loadavg_end"] = loadavg()
     if loads:
         results["meta"]["loadavg_1min_during"] = {
@@ -419,7 +364,6 @@ def run(
             "samples": len(loads),
         }
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
-    results["goals"] = report.judge_goals(results)
     return results
 
 
@@ -450,12 +394,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--json", help="write the JSON here ('-' for stdout)")
     parser.add_argument("--chart", type=Path, help="write the PNG chart here (needs matplotlib)")
+    parser.add_argument("--page", type=Path, help="write the user page (markdown) here")
     parser.add_argument("--rows", type=_sizes, help="latency sizes, e.g. 1000,10000,100000")
     parser.add_argument("--sections", type=_sections, default=SECTIONS, help=",".join(SECTIONS))
     parser.add_argument("--couriers", type=_sizes, help="courier process counts, e.g. 1,2,4,8")
     parser.add_argument("--count", type=int, help="single calls per phase (default 2000)")
     parser.add_argument("--rounds", type=int, help="rounds of limit, worker, peers (default 5)")
-    parser.add_argument("--render", type=Path, help="print the tables of a recorded JSON; exit")
+    parser.add_argument(
+        "--render", type=Path, help="no run: the page (and --page, --chart) of a recorded JSON"
+    )
     return parser
 
 
@@ -473,11 +420,20 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(**{**vars(base), **changes})
 
 
-def _write_outputs(results: dict[str, Any], args: argparse.Namespace) -> None:
-    print(report.render(results))
+def _write_page_and_chart(results: dict[str, Any], args: argparse.Namespace) -> None:
+    page = report.render(results)
+    print(page)
+    if args.page is not None:
+        args.page.parent.mkdir(parents=True, exist_ok=True)
+        args.page.write_text(page, encoding="utf-8")
+        print(f"page: {args.page}")
     if args.chart is not None:
         drawn = chart.draw(results, args.chart)
         print(f"chart: {args.chart}" if drawn else "chart: skipped (matplotlib not installed)")
+
+
+def _write_outputs(results: dict[str, Any], args: argparse.Namespace) -> None:
+    _write_page_and_chart(results, args)
     text = json.dumps(results, indent=1)
     if args.json in (None, "-"):
         print(text)
@@ -488,10 +444,10 @@ def _write_outputs(results: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark (or ``--render`` a recorded one) and print the tables."""
+    """Run the benchmark (or ``--render`` a recorded one) and print the page."""
     args = build_parser().parse_args(argv)
     if args.render is not None:
-        print(report.render(json.loads(args.render.read_text())))
+        _write_page_and_chart(json.loads(args.render.read_text()), args)
         return 0
     words = list(sys.argv[1:] if argv is None else argv)
     command = shlex.join(["python", "-m", "bench.perf", *words])

@@ -1,18 +1,24 @@
-"""The benchmark's results as markdown tables, and the issue's goals judged on one run.
+"""docs/performance.md: the user page, rendered from one recorded run of ``bench.perf``.
 
-Everything here works on the JSON ``bench.perf`` writes (``render(results)``), so the
-tables of a recorded run can be printed again with ``python -m bench.perf --render
-docs/performance.json``. Ratios are computed from figures of the same run only.
+``render(results)`` turns the JSON ``bench.perf`` writes into the page: its tables and
+every number in its prose come from that JSON, and the words around them from this
+module, so the page cannot drift from its record. ``python -m bench.perf --render
+docs/performance.json --page docs/performance.md`` renders it again without a run,
+and a test checks that the committed page is exactly the render of the committed JSON.
+Ratios compare figures of the same run only.
 """
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from bench.peers import VERBS
 
-__all__ = ["judge_goals", "limit_per_s", "render", "tx_per_job"]
+__all__ = ["CONTRACT_MODE", "limit_per_s", "render", "tx_per_job"]
 
+CONTRACT_MODE = "DELETE+FULL"
+NOTEBOOK = "dev/2026-12-01-performance-notebook.md"
 # Write transactions per job of each phase, for single calls; batch calls divide by size.
 _TX_PER_CALL = {"enqueue": 1, "claim": 1, "finish": 1, "cycle": 2}
 _PHASE_NAMES = {
@@ -29,20 +35,46 @@ _PHASE_NAMES = {
         "cycle": "claim_many + finish_many",
     },
 }
-SINGLE_GOAL = 0.9
-BATCH_GOAL = 10.0
-FLAT_GOAL = 1.3
-CONTRACT_MODE = "DELETE+FULL"
+_MODES = {
+    "DELETE+FULL": "yes: the contract's settings",
+    "WAL+FULL": "yes, but a `-wal` and a `-shm` file must stay with the queue file",
+    "WAL+NORMAL": "no: a commit can be lost in a power cut",
+    "DELETE+OFF": "no: a power cut can corrupt the file",
+}
+# What to do about each slow state (bench.slowpaths); a case whose cost does not grow
+# with its size needs nothing.
+_ADVICE = {
+    "ahead-and-due": "as many jobs enqueued ahead (a producer's clock runs fast) as due jobs "
+    "behind them: each claim searches past them. Keep producers and couriers on the one "
+    "time base the contract asks for; with such a backlog, claim with `claim_many`, which "
+    "pays the search once per batch.",
+    "expired-leases": "a courier died holding many leases: every claim reads every expired "
+    "lease until all are claimed again, and a batch does so for each job it takes. Let a "
+    "courier lease no more jobs than it can finish within one lease, and drain such a "
+    "backlog in small batches: a large one holds the write lock past the others' busy "
+    "timeout.",
+}
+_FLAT = (
+    "flat, nothing to do: each pending queue (fresh, retried) and the leases have their own "
+    "partial index, and a claim searches past a waiting head in windows that grow fourfold."
+)
+_GROWS = 2.0  # a case grows if its large size costs this many times its small size
+WIDTH = 98  # the page's prose is wrapped at this width
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.{digits}f}"
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _yes(met: bool | None) -> str:
-    return "n/a" if met is None else ("**met**" if met else "**not met**")
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _spread(figure: dict[str, Any]) -> str:
+    """The lowest and highest round of a figure, or ``-`` for a single round."""
+    rounds = figure.get("rounds_per_s", [])
+    return "-" if len(rounds) < 2 else f"{min(rounds):,.0f} - {max(rounds):,.0f}"
 
 
 def limit_per_s(results: dict[str, Any], mode: str = CONTRACT_MODE) -> float | None:
@@ -56,25 +88,12 @@ def tx_per_job(kind: str, phase: str, size: int) -> float:
     return _TX_PER_CALL[phase] / (size if kind == "batch" else 1)
 
 
-def _paired_ratio(results: dict[str, Any], layer: str, phase: str) -> float | None:
-    """A phase's share of the limit measured transaction by transaction (``bench.paired``)."""
-    figure = results.get("paired", {}).get(layer, {}).get(phase)
-    return float(figure["ratio"]) if figure else None
-
-
 def _ratio(results: dict[str, Any], kind: str, phase: str) -> float | None:
-    """The transactions per second a phase achieved, as a share of the limit.
+    """A phase's write transactions per second as a share of the limit's.
 
-    Single calls: the ``worker`` layer of ``bench.paired`` when the run has it (each
-    call timed right after a limit transaction). Otherwise, and for batches: with
-    several rounds, each round's figure is divided by the limit measured in the same
-    round (seconds before it), and the median of those ratios is the result. With
-    one round, the two figures.
+    With several rounds, each round's figure is divided by the limit measured in the
+    same round (seconds before it), and the median of those ratios is the result.
     """
-    if kind == "single":
-        paired = _paired_ratio(results, "worker", phase)
-        if paired is not None:
-            return paired
     bare = results.get("limit", {}).get("bare", {}).get(CONTRACT_MODE)
     section = results.get("worker", {}).get(kind, {})
     if bare is None or phase not in section:
@@ -88,124 +107,107 @@ def _ratio(results: dict[str, Any], kind: str, phase: str) -> float | None:
     return ratios[(len(ratios) - 1) // 2]
 
 
-def _peers_measured(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n: p for n, p in results.get("peers", {}).items() if p.get("installed")}
+def _syncs(results: dict[str, Any]) -> dict[tuple[str, str], float | None]:
+    rows = results.get("syncs", {}).get("rows", [])
+    return {(row["system"], row["op"]): row.get("per_call") for row in rows}
 
 
-def _latency_p50(results: dict[str, Any], shape: str, rows: int) -> float | None:
-    for entry in results.get("latency", {}).get("results", []):
-        if entry["shape"] == shape and entry["rows"] == rows:
-            return float(entry["p50_ms"])
-    return None
+def _para(*parts: str) -> list[str]:
+    """One paragraph (or list item) of prose: its parts joined, wrapped at ``WIDTH``."""
+    text = " ".join(parts)
+    indent = "  " if text.startswith("- ") else ""
+    return textwrap.wrap(
+        text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
 
 
-def judge_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each goal of the issue: what it asks, the figure of this run, and whether it is met."""
-    goals: list[dict[str, Any]] = []
-    for phase in ("enqueue", "claim", "finish", "cycle"):
-        ratio = _ratio(results, "single", phase)
-        ceiling = _paired_ratio(results, "contract", phase)
-        goals.append(
-            {
-                "goal": f"single {_PHASE_NAMES['single'][phase]}: >= {SINGLE_GOAL} of the limit",
-                "figure": None if ratio is None else round(ratio, 3),
-                "met": None if ratio is None else ratio >= SINGLE_GOAL,
-                # What the call's write alone reaches on the contract's two tables:
-                # no implementation of the contract can do better on this disk.
-                "contract_ceiling": None if ceiling is None else round(ceiling, 3),
-            }
-        )
-    for shape in ("pending", "history"):
-        small = _latency_p50(results, shape, 1_000)
-        large = _latency_p50(results, shape, 1_000_000)
-        ratio = None if small is None or large is None else large / small
-        goals.append(
-            {
-                "goal": f"latency, {shape}: p50 at 1M rows <= {FLAT_GOAL}x p50 at 1k",
-                "figure": None if ratio is None else round(ratio, 3),
-                "met": None if ratio is None else ratio <= FLAT_GOAL,
-            }
-        )
-    goals += _batch_goals(results)
-    foreign = results.get("foreign_file", {})
-    if foreign:
-        goals.append(
-            {
-                "goal": "a file with only the two tables works and gets the indexes on open",
-                "figure": ", ".join(foreign.get("indexes_after", [])) or "no index",
-                "met": bool(foreign.get("works")) and bool(foreign.get("gets_indexes")),
-            }
-        )
-    return goals
+def _per_s(results: dict[str, Any], *path: str) -> float:
+    value: Any = results
+    for key in path:
+        value = value[key]
+    return float(value["per_s"])
 
 
-def _batch_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
-    batch = results.get("worker", {}).get("batch", {})
-    single = results.get("worker", {}).get("single", {})
-    if "cycle" not in batch or "cycle" not in single:
-        return [{"goal": "batches of 64", "figure": "not measured", "met": None}]
-    size = int(batch.get("size", 64))
-    cycle = float(batch["cycle"]["per_s"])
-    times = cycle / float(single["cycle"]["per_s"])
-    goals: list[dict[str, Any]] = [
-        {
-            "goal": f"batch {size} claim+finish cycle: >= {BATCH_GOAL}x the single cycle",
-            "figure": round(times, 2),
-            "met": times >= BATCH_GOAL,
-        }
+# --- the sections ------------------------------------------------------------------
+
+
+def _intro(results: dict[str, Any]) -> list[str]:
+    meta = results.get("meta", {})
+    return [
+        "# Performance",
+        "",
+        *_para(
+            "lease-queue keeps the contract's durability settings (`journal_mode=DELETE`,",
+            "`synchronous=FULL`): every write transaction waits for the disk. This page shows",
+            "what that costs and what batches buy. Every figure is from one run of `make",
+            "bench`, recorded in [`performance.json`](performance.json):",
+            f"on {str(meta.get('started', '?'))[:10]}, {meta.get('machine', '?')}, disk",
+            f"{meta.get('disk', '?')}, SQLite {meta.get('sqlite', '?')}, Python",
+            f"{meta.get('python', '?')}; absolute figures depend on the disk, ratios carry over.",
+        ),
     ]
-    for phase, what in (("cycle", "take+ack cycle"), ("enqueue", "enqueue")):
-        peers = _peers_measured(results)
-        best = max(peers.items(), key=lambda kv: float(kv[1][phase]["per_s"]), default=None)
-        if best is None:
-            goals.append({"goal": f"batch {what} ahead of every peer", "figure": "no peer"})
-            goals[-1]["met"] = None
-            continue
-        ours = float(batch[phase]["per_s"])
-        theirs = float(best[1][phase]["per_s"])
-        goals.append(
-            {
-                "goal": f"batch {size} {what} ahead of every peer's {what}",
-                "figure": f"{ours:,.0f} vs {theirs:,.0f} ({best[0]}): {ours / theirs:.1f}x",
-                "met": ours > theirs,
-            }
+
+
+def _settings(results: dict[str, Any]) -> list[str]:
+    bare = results.get("limit", {}).get("bare", {})
+    syncs = _syncs(results)
+    rows = [
+        [
+            f"`{mode}`",
+            _fmt(figure["per_s"]),
+            _fmt(syncs.get((f"bare {mode}", "transaction")), 2),
+            _MODES.get(mode, ""),
+        ]
+        for mode, figure in bare.items()
+    ]
+    fsync = results.get("limit", {}).get("fsync")
+    if fsync:
+        rows.append(["no SQLite: write 4 KiB, fsync", _fmt(fsync["per_s"]), "one fsync", "-"])
+    lines = [
+        "## The settings and what they cost",
+        "",
+        *_para(
+            "A bare one-row write transaction in each mode, on the same disk; the first row",
+            "is **the limit** of any call that is one write transaction under the contract:",
+        ),
+        "",
+        *_table(["journal+synchronous", "transactions/s", "syncs per commit", "durable"], rows),
+        "",
+    ]
+    limit, wal = limit_per_s(results), limit_per_s(results, "WAL+FULL")
+    off = limit_per_s(results, "DELETE+OFF")
+    if limit and wal and off:
+        full_us, off_us = 1e6 / limit, 1e6 / off
+        commit_syncs = _fmt(syncs.get((f"bare {CONTRACT_MODE}", "transaction")))
+        lines += _para(
+            f"Under the contract's settings a commit syncs {commit_syncs} times (the journal,",
+            "its directory, the journal again, the database), so the disk sets the pace: a",
+            f"bare transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
+            f"durability. WAL with FULL would sync once per commit ({wal / limit:.1f}x the",
+            "limit); the contract keeps DELETE so that a queue is one self-contained file.",
         )
-    return goals
+    return [
+        *lines,
+        "What each call costs, and how much of that is the syncs:",
+        "",
+        *_cost_table(results),
+    ]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
-def _limit_table(results: dict[str, Any]) -> list[str]:
-    limit = results.get("limit", {})
+def _cost_table(results: dict[str, Any]) -> list[str]:
+    durable = results.get("worker", {}).get("single", {})
+    unsynced = results.get("worker", {}).get("single_without_sync", {})
     rows = []
-    for mode, bare in limit.get("bare", {}).items():
-        note = (
-            "**the limit** (the contract's settings)"
-            if mode == CONTRACT_MODE
-            else "not durable: the cost without syncs"
-            if mode.endswith("+OFF")
-            else "context: what WAL would give"
-        )
-        rows.append(
-            [
-                f"bare `BEGIN IMMEDIATE; UPDATE 1 row; COMMIT`, {mode}",
-                _fmt(bare["per_s"]),
-                f"{bare['journal_mode']}+{bare['synchronous']} (read back)",
-                note,
-                _spread(bare),
-            ]
-        )
-    if "fsync" in limit:
-        fsync = limit["fsync"]
-        rows.append(["write 4 KiB + fsync, no SQLite", _fmt(fsync["per_s"]), "-", "disk"])
-        rows[-1].append(_spread(fsync))
-    return _table(["what", "per second", "mode", "note", "rounds"], rows)
+    for phase, name in _PHASE_NAMES["single"].items():
+        if phase in durable and phase in unsynced:
+            full_us = 1e6 / float(durable[phase]["per_s"])
+            off_us = 1e6 / float(unsynced[phase]["per_s"])
+            rows.append([f"`{name}`", _fmt(full_us), _fmt(off_us), _fmt(full_us - off_us)])
+    header = ["call", "µs per call", "µs with synchronous=OFF (not durable)", "µs for the syncs"]
+    return _table(header, rows)
 
 
-def _worker_table(results: dict[str, Any]) -> list[str]:
+def _throughput(results: dict[str, Any]) -> list[str]:
     worker = results.get("worker", {})
     single = worker.get("single", {})
     rows = []
@@ -216,342 +218,258 @@ def _worker_table(results: dict[str, Any]) -> list[str]:
             if phase not in section:
                 continue
             figure = section[phase]
-            ratio = _ratio(results, kind, phase)
             times = (
-                float(figure["per_s"]) / float(single[phase]["per_s"])
+                f"{float(figure['per_s']) / float(single[phase]['per_s']):.1f}x"
                 if kind == "batch" and phase in single
-                else None
+                else "-"
             )
             rows.append(
                 [
                     f"`{name}`" + (f" ({size})" if kind == "batch" else ""),
-                    f"{figure['count']:,}",
                     _fmt(figure["per_s"]),
                     _fmt(tx_per_job(kind, phase, size), 3 if kind == "batch" else 0),
-                    _fmt(ratio, 2),
-                    "-" if times is None else f"{times:.1f}x",
+                    _fmt(_ratio(results, kind, phase), 2),
+                    times,
                     _spread(figure),
                 ]
             )
-    header = ["call", "jobs", "jobs/s", "tx per job", "tx/s ÷ limit", "vs single"]
-    header.append("rounds (jobs/s)")
-    return _table(header, rows)
+    header = ["call", "jobs/s", "commits per job", "share of the limit", "vs single"]
+    lines = [
+        "## Throughput",
+        "",
+        *_table([*header, "rounds (jobs/s)"], rows),
+        "",
+        "![jobs per second of every system and mode; claim+finish latency against rows]"
+        "(performance.png)",
+    ]
+    batch = worker.get("batch", {})
+    if "cycle" in single and "cycle" in batch:
+        gain = float(batch["cycle"]["per_s"]) / float(single["cycle"]["per_s"])
+        lines += [
+            "",
+            *_para(
+                f"One job at a time every call is a commit: {_fmt(single['cycle']['per_s'])}",
+                "claim+finish cycles a second, a share of",
+                f"{_fmt(_ratio(results, 'single', 'cycle'), 2)} of the limit's transactions (a",
+                "call changes more pages than the limit's one row: its indexes, the contract's",
+                f"`AUTOINCREMENT`). A batch of {batch['size']} is one commit for all its jobs:",
+                f"{_fmt(batch['cycle']['per_s'])} jobs a second, {gain:.1f}x the single cycle.",
+            ),
+        ]
+    return lines
 
 
-_LAYER_HEADINGS = {
-    "contract": "the write alone, contract's two tables",
-    "indexed": "the write alone, + worker.py's indexes",
-    "worker": "the worker.py call",
-}
-
-
-def _paired_table(results: dict[str, Any]) -> list[str]:
-    """Each single call beside the limit, per layer: the share, and µs against µs."""
-    section = results.get("paired", {})
-    layers = [layer for layer in _LAYER_HEADINGS if layer in section]
-    rows = []
-    for phase, name in _PHASE_NAMES["single"].items():
-        cells = []
-        for layer in layers:
-            figure = section[layer].get(phase)
-            cells.append(
-                "-"
-                if figure is None
-                else f"**{figure['ratio']:.2f}** ({figure['case_us_per_tx']:.0f} µs vs "
-                f"{figure['limit_us_per_tx']:.0f})"
-            )
-        steps = section[layers[0]][phase]["count"] if layers else 0
-        rows.append([f"`{name}`", f"{steps:,}", *cells])
-    header = ["call", "steps", *(_LAYER_HEADINGS[layer] for layer in layers)]
-    return _table(header, rows)
-
-
-def _spread(figure: dict[str, Any]) -> str:
-    """The lowest and highest round of a figure, or ``-`` for a single round."""
-    rounds = figure.get("rounds_per_s", [])
-    if len(rounds) < 2:
-        return "-"
-    return f"{min(rounds):,.0f} - {max(rounds):,.0f}"
-
-
-def _cost_table(results: dict[str, Any]) -> list[str]:
-    """Microseconds per call with and without the syncs: where the time goes."""
-    bare = results.get("limit", {}).get("bare", {})
-    worker = results.get("worker", {})
-    durable, unsynced = worker.get("single", {}), worker.get("single_without_sync", {})
-    pairs: list[tuple[str, Any, Any]] = []
-    if CONTRACT_MODE in bare and "DELETE+OFF" in bare:
-        pairs.append(("bare one-row transaction", bare[CONTRACT_MODE], bare["DELETE+OFF"]))
-    for phase, name in _PHASE_NAMES["single"].items():
-        if phase in durable and phase in unsynced:
-            pairs.append((f"`{name}`", durable[phase], unsynced[phase]))
-    rows = []
-    for name, full, off in pairs:
-        full_us, off_us = 1e6 / float(full["per_s"]), 1e6 / float(off["per_s"])
-        rows.append([name, _fmt(full_us), _fmt(off_us), _fmt(full_us - off_us)])
-    header = ["call", "µs per call, FULL", "µs, synchronous=OFF (not durable)"]
-    return _table([*header, "µs for durability (FULL - OFF)"], rows)
-
-
-def _systems_table(results: dict[str, Any]) -> list[str]:
-    syncs = {
-        (row["system"], row["op"]): row.get("per_call")
-        for row in results.get("syncs", {}).get("rows", [])
-    }
+def _peers(results: dict[str, Any]) -> list[str]:
+    syncs = _syncs(results)
     rows = []
     worker = results.get("worker", {})
-    for kind, label in (("single", "single calls"), ("batch", "batches")):
+    for kind, mode in (("single", "single calls"), ("batch", "batches")):
         section = worker.get(kind)
         if not section or "cycle" not in section:
             continue
         size = int(section.get("size", 1))
-        mode = label if kind == "single" else f"{label} of {size}"
         ops = ("claim", "finish") if kind == "single" else ("claim_many", "finish_many")
-        per_cycle = _sync_sum(syncs, "worker", ops, size if kind == "batch" else 1)
-        rows.append(_system_row("lease-queue", mode, "DELETE", "FULL", per_cycle, section, True))
-    for name, peer in results.get("peers", {}).items():
-        if not peer.get("installed"):
-            rows.append([name, "not installed", *["-"] * 7])
-            continue
-        per_cycle = _sync_sum(syncs, name, ("claim", "finish"), 1)
-        mode = f"default ({peer['version']})"
-        journal, sync = peer["journal_mode"], peer["synchronous"]
-        rows.append(_system_row(name, mode, journal, sync, per_cycle, peer, False))
-    header = ["system", "mode", "journal", "synchronous", "syncs per take+ack"]
-    header += ["enqueue jobs/s", "take+ack jobs/s", "take jobs/s", "fenced lease"]
-    return _table(header, rows)
-
-
-def _sync_sum(
-    syncs: dict[tuple[str, str], Any], system: str, ops: tuple[str, ...], size: int
-) -> float | None:
-    total = 0.0
-    for op in ops:
-        value = syncs.get((system, op))
-        if value is None:
-            return None
-        total += float(value)
-    return total / size
+        total = [syncs.get(("worker", op)) for op in ops]
+        per_cycle = None if None in total else sum(t or 0.0 for t in total) / size
+        label = mode if kind == "single" else f"{mode} of {size}"
+        rows.append(_system_row("lease-queue", label, CONTRACT_MODE, per_cycle, section, "yes"))
+    measured = {n: p for n, p in results.get("peers", {}).items() if p.get("installed")}
+    for name, peer in measured.items():
+        total = [syncs.get((name, op)) for op in ("claim", "finish")]
+        per_cycle = None if None in total else sum(t or 0.0 for t in total)
+        mode = f"{peer['journal_mode']}+{peer['synchronous']}"
+        verbs = " / ".join(f"`{v}`" for v in VERBS[name] if not v.startswith("("))
+        rows.append(_system_row(name, f"{peer['version']}: {verbs}", mode, per_cycle, peer, "no"))
+    header = ["system", "calls", "mode", "syncs per take+ack", "enqueue jobs/s"]
+    lines = [
+        "## The peers",
+        "",
+        *_para(
+            "The same work through persist-queue, litequeue and huey in their default modes",
+            "(read back from their own connections), on the same disk:",
+        ),
+        "",
+        *_table([*header, "take+ack jobs/s", "fenced lease"], rows),
+    ]
+    if measured and "cycle" in worker.get("batch", {}):
+        best = max(measured, key=lambda n: _per_s(results, "peers", n, "cycle"))
+        slowest = min(_per_s(results, "peers", n, "cycle") for n in measured)
+        commit_syncs = _fmt(syncs.get(("worker", "claim")))
+        lines += [
+            "",
+            *_para(
+                "None of the peers has a lease with an expiry and a fencing token, which turn",
+                "away a stale worker. One job at a time lease-queue is the slowest",
+                f"({_fmt(_per_s(results, 'worker', 'single', 'cycle'))} take+ack jobs/s",
+                f"against {_fmt(slowest)} to {_fmt(_per_s(results, 'peers', best, 'cycle'))}),",
+                f"paying {commit_syncs} syncs per commit where the WAL peers pay one or none;",
+                "in batches it is ahead of all of them",
+                f"({_fmt(_per_s(results, 'worker', 'batch', 'cycle'))} against",
+                f"{_fmt(_per_s(results, 'peers', best, 'cycle'))} for {best}).",
+            ),
+        ]
+    return lines
 
 
 def _system_row(
-    name: str,
-    mode: str,
-    journal: str,
-    sync: str,
-    per_cycle: float | None,
-    figures: dict[str, Any],
-    fenced: bool,
+    name: str, calls: str, mode: str, syncs: float | None, figures: dict[str, Any], fenced: str
 ) -> list[str]:
-    return [
-        name,
-        mode,
-        journal,
-        sync,
-        _fmt(per_cycle, 2),
-        _fmt(figures["enqueue"]["per_s"]),
-        _fmt(figures["cycle"]["per_s"]),
-        _fmt(figures["claim"]["per_s"]),
-        "yes" if fenced else "no",
-    ]
+    enqueue, cycle = figures["enqueue"]["per_s"], figures["cycle"]["per_s"]
+    return [name, calls, f"`{mode}`", _fmt(syncs, 2), _fmt(enqueue), _fmt(cycle), fenced]
 
 
-def _latency_table(results: dict[str, Any]) -> list[str]:
-    latency = results.get("latency", {})
+def _latency(results: dict[str, Any]) -> list[str]:
     by_rows: dict[int, dict[str, dict[str, Any]]] = {}
-    for entry in latency.get("results", []):
+    for entry in results.get("latency", {}).get("results", []):
         by_rows.setdefault(int(entry["rows"]), {})[entry["shape"]] = entry
     rows = []
     for count in sorted(by_rows):
         row = [f"{count:,}"]
         for shape in ("pending", "history"):
             entry = by_rows[count].get(shape)
-            row += (
-                [
-                    _fmt(entry["p50_ms"], 2),
-                    _fmt(entry["p99_ms"], 2),
-                    _fmt(entry.get("off_p50_ms"), 3),
-                    _fmt(entry["open_s"], 4),
-                ]
-                if entry
-                else ["-"] * 4
-            )
+            row += [_fmt(entry["p50_ms"], 2), _fmt(entry["p99_ms"], 2)] if entry else ["-"] * 2
         rows.append(row)
-    header = ["rows"]
-    for shape in ("pending", "history"):
-        header += [f"{shape} p50 ms", "p99 ms", "p50 ms, sync OFF", "reopen s"]
-    return _table(header, rows)
+    header = ["rows", "pending: p50 ms", "p99 ms", "history: p50 ms", "p99 ms"]
+    lines = [
+        "## Latency against rows",
+        "",
+        *_para(
+            "One claim and its finish, timed together, in files of `pending` rows (all due) and",
+            "of `history` rows (mostly done and dead, a tenth waiting retries, due jobs last):",
+        ),
+        "",
+        *_table(header, rows),
+    ]
+    prose: list[str] = []
+    if len(by_rows) > 1:
+        small, large = min(by_rows), max(by_rows)
+        growth = [
+            f"{by_rows[large][shape]['p50_ms'] / by_rows[small][shape]['p50_ms']:.2f}x ({shape})"
+            for shape in ("pending", "history")
+            if shape in by_rows[large] and shape in by_rows[small]
+        ]
+        prose += [
+            f"p50 at {large:,} rows is {' and '.join(growth)} p50 at {small:,}: the partial",
+            "indexes cover live rows only, so done and dead history costs a claim nothing.",
+        ]
+    foreign = results.get("foreign_file")
+    if foreign:
+        prose += [
+            f"A file made elsewhere with only the contract's two tables ({foreign['rows']:,}",
+            f"rows) gets the {len(foreign['indexes_after'])} indexes on its first",
+            f"`open_queue`: {foreign['open_s']} s, holding the write lock that long once;",
+            f"then p50 {foreign['p50_ms']:.2f} ms.",
+        ]
+    return [*lines, "", *_para(*prose)] if prose else lines
 
 
-def _couriers_table(results: dict[str, Any]) -> list[str]:
+def _couriers(results: dict[str, Any]) -> list[str]:
+    section = results.get("couriers", {})
+    entries = section.get("results", [])
+    if not entries:
+        return ["## Several couriers on one file", "", "Not measured."]
     rows = [
         [
             str(entry["processes"]),
             _fmt(entry["cycles_per_s"]),
-            f"{entry['cycles']:,}",
             f"{entry['per_process_min']:,} - {entry['per_process_max']:,}",
             str(entry["locked"]),
-            str(entry["stale"]),
-            f"{entry['seconds']:.1f}",
         ]
-        for entry in results.get("couriers", {}).get("results", [])
+        for entry in entries
     ]
-    header = ["processes", "cycles/s (total)", "cycles", "per process (min - max)"]
-    return _table([*header, "`database is locked`", "stale finishes", "seconds"], rows)
-
-
-def _slowpaths_table(results: dict[str, Any]) -> list[str]:
-    rows = [
-        [
-            f"`{entry['case']}`",
-            entry["grows_with"],
-            f"{entry['size']:,}",
-            _fmt(entry["p50_ms"], 2),
-            _fmt(entry["off_p50_ms"], 3),
-            _fmt(entry.get("batch_p50_ms"), 2),
-        ]
-        for entry in results.get("slowpaths", [])
-    ]
-    header = ["case", "what grows", "how many", "claim+finish p50 ms", "p50 ms, sync OFF"]
-    header.append("batch of 64 (claim_many + finish_many), ms")
-    return _table(header, rows)
-
-
-def _deep_search_table(results: dict[str, Any]) -> list[str]:
-    rows = [
-        [
-            f"{entry['ahead']:,}",
-            f"{entry['due']:,}",
-            _fmt(entry["lowest_due_ms"], 2),
-            _fmt(entry["one_pass_ms"], 2),
-        ]
-        for entry in results.get("deep_search", [])
-    ]
-    header = ["jobs enqueued ahead", "due jobs behind", "`_lowest_due` ms", "one pass by time ms"]
-    return _table(header, rows)
-
-
-def _verb(system: str, op: str) -> str:
-    """A call as its system names it: ``claim`` of huey is its ``dequeue``."""
-    verbs = VERBS.get(system)
-    if verbs is None:
-        return f"`{op}`"
-    verb = verbs[("enqueue", "claim", "finish").index(op)]
-    return verb if verb.startswith("(") else f"`{verb}`"
-
-
-def _syncs_table(results: dict[str, Any]) -> list[str]:
-    syncs = results.get("syncs", {})
-    if "skipped" in syncs:
-        return [f"skipped: {syncs['skipped']}"]
-    rows = [
-        [
-            row["system"],
-            _verb(row["system"], row["op"]),
-            _fmt(row.get("per_call"), 2) if row.get("per_call") is not None else row.get("note"),
-            _fmt(row.get("per_job"), 3) if "per_job" in row else "-",
-        ]
-        for row in syncs.get("rows", [])
-    ]
-    return _table(["system", "call", "syncs per call", "syncs per job"], rows)
-
-
-def _foreign_lines(results: dict[str, Any]) -> list[str]:
-    foreign = results.get("foreign_file")
-    if not foreign:
-        return []
+    header = ["processes", "claim+finish cycles/s, all", "cycles per process", "lock timeouts"]
     return [
-        f"A file with only the contract's two tables, {foreign['rows']:,} rows "
-        f"(history shape): indexes before open: {foreign['indexes_before'] or 'none'}; "
-        f"`open_queue` took {foreign['open_s']} s and left {foreign['indexes_after']}; "
-        f"claim+finish p50 {foreign['p50_ms']} ms, p99 {foreign['p99_ms']} ms.",
+        "## Several couriers on one file",
+        "",
+        *_para(f"N processes claiming and finishing for {section['seconds']} s, on one file:"),
+        "",
+        *_table(header, rows),
+        "",
+        *_para(
+            "SQLite lets one writer in at a time, so N couriers together run at about the",
+            "rate of one, and the wait is not fair. A lock timeout (`database is locked`) is",
+            "survived by backing off, as `courier run` does; a batch takes the lock once.",
+        ),
     ]
 
 
-def _goal_figure(goal: dict[str, Any]) -> str:
-    """A goal's figure, with the contract's ceiling beside it where one was measured."""
-    text = "-" if goal["figure"] is None else str(goal["figure"])
-    ceiling = goal.get("contract_ceiling")
-    return text if ceiling is None else f"{text} (the contract's tables alone: {ceiling})"
+def _slow_states(results: dict[str, Any]) -> list[str]:
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for entry in results.get("slowpaths", []):
+        by_case.setdefault(entry["case"], []).append(entry)
+    rows, flat, advice = [], [], []
+    for case, sizes in by_case.items():
+        small, large = sizes[0], sizes[-1]
+        grows = float(large["p50_ms"]) >= _GROWS * float(small["p50_ms"])
+        if grows:
+            advice += _para(f"- `{case}`: {_ADVICE.get(case, '')}")
+        else:
+            flat.append(f"`{case}`")
+        rows.append(
+            [
+                f"`{case}`",
+                small["grows_with"],
+                f"{small['size']:,} / {large['size']:,}",
+                f"{_fmt(small['p50_ms'], 2)} / {_fmt(large['p50_ms'], 2)}",
+                f"{_fmt(small.get('batch_p50_ms'), 1)} / {_fmt(large.get('batch_p50_ms'), 1)}",
+                "**grows**" if grows else "flat",
+            ]
+        )
+    if flat:
+        advice = _para(f"- {', '.join(flat)}: {_FLAT}") + advice
+    size = next(iter(by_case.values()))[0].get("batch_size", "?") if by_case else "?"
+    header = ["state", "what grows", "how many", "claim+finish p50 ms", f"batch of {size} ms"]
+    return [
+        "## Slow states, and what to do about them",
+        "",
+        *_para(
+            "States a real queue reaches in which claim's cost could grow, each at a small and",
+            "a large size, and a batch (`claim_many` + `finish_many`) in the same state:",
+        ),
+        "",
+        *_table([*header, "verdict"], rows),
+        "",
+        *advice,
+    ]
 
 
-def _load_range(meta: dict[str, Any]) -> str:
-    during = meta.get("loadavg_1min_during")
-    if not during:
-        return "?"
-    return f"{during['min']:.2f} to {during['max']:.2f}"
+def _method(results: dict[str, Any]) -> list[str]:
+    settings = results.get("meta", {}).get("settings", {})
+    return [
+        "## How it measures",
+        "",
+        *_para(
+            f"Throughput: {settings.get('count', '?'):,} single calls or",
+            f"{settings.get('batches', '?')} batches per phase, every result checked, on",
+            "virtual time (`now_ms` is a parameter); the limit, `worker.py` and the peers run",
+            f"in {settings.get('rounds', '?')} interleaved rounds, each figure its median",
+            "round, and a share of the limit is the median over the rounds of a round's rate",
+            "over the limit measured seconds before it. Latency:",
+            f"{settings.get('warmup', '?')} untimed and",
+            f"{settings.get('cycles', '?')} timed cycles per file, interleaved across the",
+            "files, which are filled with direct SQL (`bench/rows.py`) and reopened with",
+            "`open_queue`. Syncs are counted with `strace` around each call. Never run it on",
+            "tmpfs (`/dev/shm`): an fsync there costs nothing. Each module of",
+            "[`bench/`](../bench/) says how it measures.",
+        ),
+        "",
+        "```sh",
+        "make bench                              # run it all: this page, its JSON and chart",
+        ".venv/bin/python -m bench.perf --quick  # every section at tiny sizes (seconds)",
+        ".venv/bin/python -m bench.perf --render docs/performance.json --page docs/performance.md",
+        "```",
+        "",
+        *_para(
+            "This page is generated from its record: do not edit it by hand. The investigation",
+            f"behind it is a dated note, [`{NOTEBOOK}`]({NOTEBOOK}).",
+        ),
+    ]
 
 
 def render(results: dict[str, Any]) -> str:
-    """Every table of one run, as markdown."""
-    meta = results.get("meta", {})
-    out = [
-        f"Run of {meta.get('started', '?')} on {meta.get('disk', '?')}, "
-        f"SQLite {meta.get('sqlite', '?')}, Python {meta.get('python', '?')}, "
-        f"load average at start {meta.get('loadavg_start', '?')}, "
-        f"at end {meta.get('loadavg_end', '?')} (1-minute load at each progress line: "
-        f"{_load_range(meta)}); {meta.get('duration_s', '?')} s. "
-        f"worker.py sha256 {meta.get('worker_sha256', '?')} (git {meta.get('git_head', '?')}, "
-        f"changed since: {meta.get('worker_changed_since_head', '?')}).",
-        "",
-        f"Command: `{meta.get('command', '?')}`",
-        "",
-        "### The limit (same disk, same run)",
-        "",
-        *_limit_table(results),
-        "",
-        "### worker.py against the limit",
-        "",
-        *_worker_table(results),
-        "",
-        "tx/s ÷ limit: for single calls, from the `worker` layer of the next table when the"
-        " run has it; for batches, each round's figure over the limit of the same round,"
-        " median of the rounds.",
-        "",
-        "### Each single call beside the limit, transaction by transaction (bench.paired)",
-        "",
-        "Share of the limit (limit µs ÷ call µs, per write transaction), then the two"
-        " times per transaction, each call timed right after a limit transaction:",
-        "",
-        *_paired_table(results),
-        "",
-        "### Where the time of a call goes",
-        "",
-        *_cost_table(results),
-        "",
-        "### Every system, same work, same disk",
-        "",
-        *_systems_table(results),
-        "",
-        "### Claim+finish latency against rows in the file",
-        "",
-        *_latency_table(results),
-        "",
-        *_foreign_lines(results),
-        "",
-        "### Where claim could grow (bench.slowpaths)",
-        "",
-        *_slowpaths_table(results),
-        "",
-        "The deeper search alone (best of 5, read-only, no claim), beside the one pass"
-        " by time it replaced:",
-        "",
-        *_deep_search_table(results),
-        "",
-        "### N couriers (processes) on one file, claim+finish",
-        "",
-        *_couriers_table(results),
-        "",
-        "### Syncs per call (strace)",
-        "",
-        *_syncs_table(results),
-        "",
-        "### Goals",
-        "",
-        *_table(
-            ["goal", "this run", "verdict"],
-            [[g["goal"], _goal_figure(g), _yes(g["met"])] for g in judge_goals(results)],
-        ),
-        "",
-    ]
-    return "\n".join(out)
+    """docs/performance.md for the run ``results`` (the JSON of ``bench.perf``)."""
+    sections = (_intro, _settings, _throughput, _peers, _latency, _couriers, _slow_states)
+    lines: list[str] = []
+    for section in (*sections, _method):
+        lines += [*section(results), ""]
+    return "\n".join(lines[:-1]) + "\n"

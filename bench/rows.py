@@ -27,7 +27,6 @@ from __future__ import annotations
 import sqlite3
 
 __all__ = [
-    "CONTRACT_SCHEMA",
     "DUE_ROWS",
     "SHAPES",
     "fill_pending",
@@ -40,19 +39,6 @@ SHAPES = ("pending", "history")
 NOT_YET_IN_MS = 30_000
 DEADLINE_IN_MS = 59_000
 DUE_SINCE_MS = 1_000
-
-# The two tables exactly as the contract prints them: what a queue file made by
-# someone else (not by worker.open_queue) holds.
-CONTRACT_SCHEMA = (
-    """CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  id TEXT NOT NULL UNIQUE, qty INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK(status IN ('pending','leased','done','dead')),
-  attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL, token INTEGER NOT NULL,
-  available_at INTEGER NOT NULL, deadline INTEGER NOT NULL,
-  owner TEXT, lease_until INTEGER, reason TEXT)""",
-    """CREATE TABLE redrives (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  id TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL, note TEXT NOT NULL)""",
-)
 
 _COUNTER = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < :n)"
 _COLUMNS = """INSERT INTO jobs (id, qty, status, attempts, max_attempts, token,

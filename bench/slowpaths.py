@@ -1,52 +1,39 @@
 """Queue states where claim's cost could grow with the file, each timed small and large.
 
-None is one of the issue's latency shapes (``bench.rows``); each is a state a real queue
+None is one of the latency shapes (``bench.rows``); each is a state a real queue
 reaches, and each pairs a small case with a large one so that any growth shows:
 
 - ``waiting-retries``: ``WAITING_HEAD`` (100) jobs waiting for a retry (claimed, then
   finished ``retry`` with a 30 s backoff) hold the lowest seqs, and a backlog of fresh
   due jobs follows them (an outage made the oldest jobs retry later while new work piled
-  up). Retried and fresh pending rows live in separate indexes, and the fresh queue's
-  first due row is among its 64 oldest: flat.
+  up). Retried and fresh pending rows have indexes of their own.
 - ``future-fresh``: 100 fresh jobs enqueued by a producer whose clock runs 30 s ahead
   (or scheduled with a ``now_ms`` from the future) hold the lowest seqs, and the due
-  backlog follows. None of the 64 oldest fresh rows is due, so ``worker._lowest_due``
-  searches further, on windows that grow fourfold: it stops at the first due row
-  (seq 101), long before reading the due backlog.
+  backlog follows: claim must search past a waiting head.
 - ``retries-behind-retries``: the same in the retried queue. 100 retries waiting 30 s
   hold the lowest seqs, and a backlog of retries due now follows (older jobs given
   longer backoffs than younger ones).
-- ``ahead-and-due``: the state that still grows. As many jobs enqueued 30 s ahead as
-  there are due jobs behind them: ``_lowest_due`` reads about as many index entries as
-  the smaller of the two runs (here both grow), so a claim costs in proportion to it.
+- ``ahead-and-due``: as many jobs enqueued 30 s ahead as there are due jobs behind
+  them, both growing.
 - ``last-attempt-leases``: many jobs are leased on their last attempt
-  (``max_attempts=1``, so every leased job), and a backlog of due jobs waits.
-  ``_QUARANTINE_EXHAUSTED_LEASED`` searches expired leases by time only: flat.
+  (``max_attempts=1``, so every leased job), and a backlog of due jobs waits: the
+  quarantine of spent budgets must not read the live leases.
 - ``expired-leases``: a courier died holding many leases (claimed in batches, leases of
   1 ms), and a backlog of fresh due jobs follows. The expired leases hold the lowest
-  seqs, so the claims take them first; every claim reads every expired lease twice
-  (``_QUARANTINE_EXHAUSTED_LEASED`` and the oldest expired lease in
-  ``_SELECT_CLAIMABLE``, both through ``jobs_leased_by_lease_until``): it grows.
+  seqs, so the claims take them first.
 
-``measure_deep_search`` times the search itself, ``worker._lowest_due``, on a grid of
-waiting heads and due backlogs, beside the one-pass search it replaced
-(``ONE_PASS_BY_TIME``: ``min(+seq)`` over every due row through the ``available_at``
-index), and checks that both find the same row.
-
-Each case is timed as ``bench.latency`` times a cycle: claim then finish ``ok``, p50
-over ``cycles`` cycles under ``synchronous=FULL`` and, for the statements' own cost,
-with ``synchronous=OFF`` (not durable; analysis only). Between the two, ``BATCHES``
-batches of ``BATCH_SIZE`` (``claim_many`` then ``finish_many``, under FULL) show what
-the state costs a batch: the median batch, in ms.
+Each state is built through worker.py's public calls, or with direct SQL on the
+contract's schema (``bench.rows``). Each case is timed as ``bench.latency`` times a
+cycle: claim then finish ``ok``, p50 over ``cycles`` cycles under ``synchronous=FULL``
+and, for the statements' own cost, with ``synchronous=OFF`` (not durable; analysis
+only). Between the two, ``BATCHES`` batches of ``BATCH_SIZE`` (``claim_many`` then
+``finish_many``, under FULL) show what the state costs a batch: the median batch, in ms.
 """
 
 from __future__ import annotations
 
-import math
 import sqlite3
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +41,7 @@ import worker
 from bench.measure import T0_MS, percentile
 from bench.rows import DUE_SINCE_MS, fill_pending
 
-__all__ = ["CASES", "DEEP_GRID", "ONE_PASS_BY_TIME", "measure_deep_search", "measure_slowpaths"]
+__all__ = ["CASES", "measure_slowpaths"]
 
 WAITING_HEAD = 100
 BATCHES = 3
@@ -70,19 +57,6 @@ CASES: tuple[tuple[str, str, tuple[int, int]], ...] = (
     ("last-attempt-leases", "jobs leased on their last attempt", (0, 20_000)),
     ("expired-leases", "expired leases of a courier that died", (1_000, 100_000)),
 )
-# (jobs enqueued 30 s ahead, due jobs behind them)
-DEEP_GRID: tuple[tuple[int, int], ...] = (
-    (100, 100_000),
-    (1_000, 100_000),
-    (10_000, 100_000),
-    (30_000, 100_000),
-    (100_000, 100_000),
-    (100_000, 1_000),
-)
-# Before _lowest_due, claim searched every due fresh row by time once the 64 oldest
-# were all waiting: cost in proportion to the due rows, whatever the head.
-ONE_PASS_BY_TIME = """SELECT min(+seq) FROM jobs
-  WHERE status = 'pending' AND attempts = 0 AND available_at <= :now"""
 
 
 def _build(con: sqlite3.Connection, case: str, size: int, consumed: int) -> None:
@@ -209,53 +183,4 @@ def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dic
                     "batch_p50_ms": round(percentile(batches, 50), 2),
                 }
             )
-    return results
-
-
-def _best_ms(search: Callable[[], object], repeats: int) -> tuple[float, object]:
-    """The fastest of ``repeats`` runs of ``search`` (ms) and what it found."""
-    best, found = math.inf, None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        found = search()
-        best = min(best, (time.perf_counter() - start) * 1000)
-    return best, found
-
-
-def _deep_search(con: sqlite3.Connection) -> object:
-    start = worker._nothing_known()["fresh"]
-    return worker._lowest_due(con, "fresh", T0_MS + 1, worker._CLAIM_HEAD_WINDOW, start)
-
-
-def _one_pass(con: sqlite3.Connection) -> object:
-    return con.execute(ONE_PASS_BY_TIME, {"now": T0_MS + 1}).fetchone()[0]
-
-
-def measure_deep_search(folder: Path, scale: float = 1.0, repeats: int = 5) -> list[dict[str, Any]]:
-    """``worker._lowest_due`` against ``ONE_PASS_BY_TIME`` on each state of ``DEEP_GRID``
-    (sizes times ``scale``): the best of ``repeats`` runs of each, read-only."""
-    results = []
-    for ahead, due in DEEP_GRID:
-        ahead, due = max(int(ahead * scale), 65), max(int(due * scale), 1)
-        path = folder / f"deep-search-{ahead}-{due}.sqlite"
-        con = worker.open_queue(path)
-        try:
-            _enqueue_ahead(con, ahead)
-            fill_pending(con, due, T0_MS, prefix="due-")
-            deep_ms, deep = _best_ms(partial(_deep_search, con), repeats)
-            one_ms, one = _best_ms(partial(_one_pass, con), repeats)
-        finally:
-            con.close()
-            for name in (path, Path(f"{path}-journal")):
-                name.unlink(missing_ok=True)
-        if deep != one or deep != ahead + 1:
-            raise RuntimeError(f"ahead {ahead}, due {due}: found {deep} and {one}, not {ahead + 1}")
-        results.append(
-            {
-                "ahead": ahead,
-                "due": due,
-                "lowest_due_ms": round(deep_ms, 3),
-                "one_pass_ms": round(one_ms, 3),
-            }
-        )
     return results
