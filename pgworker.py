@@ -9,10 +9,12 @@ order, rollback and commit rules and quarantine rules; only the connection is a
 ``docs/postgres.md`` says when to choose it. The rules this module keeps:
 
 1. Every argument is validated before anything changes, in ``worker.py``'s
-   order and with its messages. The validation helpers below are a copy of
-   ``worker.py``'s (its private names stay private there); the contract suite
-   in ``tests/contract`` runs every example on both modules and the model, so
-   the copies cannot drift apart unnoticed.
+   order and with its messages. The identifier rule (``worker.is_identifier``)
+   and the classification of a send's answer (``worker.classify_send``) are
+   ``worker``'s own; the small helpers that raise the messages are a copy of
+   ``worker.py``'s (its private names stay private there), and the contract
+   suite in ``tests/contract`` runs every example on both modules and the
+   model, so the copies cannot drift apart unnoticed.
 2. Every write is one transaction; any error before COMMIT rolls the whole of
    it back and propagates, an error after COMMIT keeps the committed state. No
    call leaves a transaction open. A write that is one statement (``claim``,
@@ -70,9 +72,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import errors
@@ -90,13 +91,13 @@ from worker import (
     MAX_TOKEN,
     OUTCOMES,
     RESULT_KEYS,
-    RETRY_BASE_MS,
-    RETRY_CAP_MS,
     TICKET_KEYS,
     BadAck,
     Conflict,
     Permanent,
     Retryable,
+    classify_send,
+    is_identifier,
     retry_delay,
 )
 
@@ -122,8 +123,6 @@ Connection = psycopg.Connection[Any]
 Fault = Callable[[str], object]
 Clock = Callable[[], int]
 Send = Callable[[dict[str, Any]], object]
-
-_IDENTIFIER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # --- SQL: every statement is named once --------------------------------------
 
@@ -296,9 +295,9 @@ def _now_ms(name: str, value: object) -> int:
 
 def _identifier(name: str, value: object) -> str:
     """Return ``value`` if it is a str of 1-64 ASCII letters, digits, '_' or '-'."""
-    if type(value) is not str or _IDENTIFIER.fullmatch(value) is None:
+    if not is_identifier(value):
         raise _reject(name, "a str of 1-64 ASCII letters, digits, '_' or '-'", value)
-    return value
+    return cast(str, value)
 
 
 def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any]:
@@ -849,25 +848,6 @@ def _validate_run(
     _callable("send", send)
 
 
-def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
-    """Call ``send`` once with a fresh ``{id, qty}`` and classify the answer.
-
-    Returns ``(outcome, delay_ms)``. Only an exact ``True`` is ``ok``;
-    ``Retryable`` is ``retry`` with a capped, jittered backoff; ``Permanent``
-    is ``permanent``. Any other return raises ``BadAck``, and any other
-    exception propagates untouched.
-    """
-    try:
-        ack = send({"id": ticket["id"], "qty": ticket["qty"]})
-    except Retryable:
-        return "retry", retry_delay(ticket["attempt"], RETRY_BASE_MS, RETRY_CAP_MS, jitter)
-    except Permanent:
-        return "permanent", 0
-    if ack is not True:
-        raise BadAck(f"send must return exactly True, got {ack!r}")
-    return "ok", 0
-
-
 def run_once(
     con: Connection,
     owner: str,
@@ -895,7 +875,7 @@ def run_once(
     ticket = claim(con, owner, claimed_at, lease_ms)
     if ticket is None:
         return None
-    outcome, delay_ms = _deliver(send, ticket, jitter)
+    outcome, delay_ms = classify_send(send, ticket, jitter)
     finished_at = _now_ms("second clock()", clock())
     if finished_at < claimed_at:
         raise ValueError(f"clock went backwards: {finished_at} after {claimed_at}")
