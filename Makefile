@@ -24,10 +24,15 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m courier demo
 
-## fuzz: a time-bounded random campaign of the lockstep machine (MINUTES=5 by default)
+## fuzz: a time-bounded random campaign (MINUTES=5 by default) of the lockstep machine,
+## or with MODE=parallel of parallel programs on real processes (tests/parallel)
 MINUTES ?= 5
+MODE ?= lockstep
+FUZZ_MODULE_lockstep := tests.stateful.fuzz
+FUZZ_MODULE_parallel := tests.parallel.fuzz
 fuzz: $(STAMP)
-	$(PY) -m tests.stateful.fuzz --minutes $(MINUTES)
+	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep or parallel"; exit 2; }
+	$(PY) -m $(FUZZ_MODULE_$(MODE)) --minutes $(MINUTES)
 
 ## bench: the performance benchmark (about 3 min; never on tmpfs), see docs/performance.md
 $(BENCH_STAMP): $(STAMP)
