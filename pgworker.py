@@ -168,8 +168,9 @@ INDEXES = (
 _INDEX_NAMES = tuple(statement.split()[5] for statement in INDEXES)
 
 # Which of the queue's relations exist in the connection's current schema.
+# (With no current schema every name is missing, and CREATE says why.)
 _SELECT_MISSING = """SELECT name FROM unnest(%(names)s::text[]) AS name
-  WHERE to_regclass(format('%%I.%%I', current_schema(), name)) IS NULL"""
+  WHERE to_regclass(quote_ident(current_schema()) || '.' || quote_ident(name)) IS NULL"""
 
 # Two sessions creating the same tables at once could both pass IF NOT EXISTS;
 # one lock per schema makes the second wait and then find them.
