@@ -2,8 +2,12 @@
 
 A ``multiprocessing`` "spawn" child imports this module afresh, so everything a
 child needs is a module-level function here. Times are fixed numbers (``NOW``...),
-not the wall clock, so the parent can replay any operation on a copy of the file
+not the wall clock, so the parent can replay any operation on a copy of the queue
 and know exactly which state a crash must leave behind.
+
+Every drill runs on either backend, named as the contract suite names them:
+``worker`` (the target is a queue file's path or a folder of them) or
+``pgworker`` (the target is a PostgreSQL database's conninfo).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from functools import partial
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import pgworker
 import worker
 from courier.runner import is_busy
 
@@ -30,32 +36,44 @@ LATER = NOW + 5_000  # past every lease taken at NOW, before every deadline
 WAIT_S = 30.0
 BUSY_RETRIES = 20
 
+MODULES: dict[str, ModuleType] = {"worker": worker, "pgworker": pgworker}
+MARK = {"worker": "?", "pgworker": "%s"}  # each driver's parameter placeholder
+
 Rows = dict[str, list[tuple[Any, ...]]]
-Operation = Callable[[sqlite3.Connection, worker.Fault | None, dict[str, Any] | None], object]
+Operation = Callable[[ModuleType, Any, worker.Fault | None, dict[str, Any] | None], object]
 
 
-# --- Reading a whole file ------------------------------------------------------------
+def open_queue(backend: str, target: str | Path) -> Any:
+    """``open_queue`` of ``backend`` on ``target`` (a file path or a conninfo)."""
+    return MODULES[backend].open_queue(target)
 
 
-def full_rows(con: sqlite3.Connection) -> Rows:
-    """Every row of ``jobs``, ``redrives`` and ``sqlite_sequence``, all columns, in order."""
+# --- Reading a whole queue -----------------------------------------------------------
+
+
+def full_rows(con: Any) -> Rows:
+    """Every row of ``jobs`` and ``redrives``, all columns, in order; on SQLite also
+    ``sqlite_sequence`` (a PostgreSQL sequence is not transactional: a rolled-back
+    insert moves it, so it is no part of the state a crash must keep)."""
     rows: Rows = {
         "jobs": con.execute("SELECT * FROM jobs ORDER BY seq").fetchall(),
         "redrives": con.execute("SELECT * FROM redrives ORDER BY seq").fetchall(),
     }
-    has_sequence = con.execute(
-        "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"
-    ).fetchone()[0]
-    rows["sqlite_sequence"] = (
-        con.execute("SELECT * FROM sqlite_sequence ORDER BY name").fetchall()
-        if has_sequence
-        else []
-    )
+    if isinstance(con, sqlite3.Connection):
+        has_sequence = con.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'"
+        ).fetchone()[0]
+        rows["sqlite_sequence"] = (
+            con.execute("SELECT * FROM sqlite_sequence ORDER BY name").fetchall()
+            if has_sequence
+            else []
+        )
     return rows
 
 
 def retry_busy(action: Callable[[], Any]) -> Any:
-    """Run ``action``; on "database is locked" (which changed nothing) try again, bounded."""
+    """Run ``action``; on SQLite's "database is locked" (which changed nothing) try
+    again, bounded. PostgreSQL never answers busy: its claims skip locked rows."""
     for attempt in range(BUSY_RETRIES):
         try:
             return action()
@@ -69,27 +87,32 @@ def retry_busy(action: Callable[[], Any]) -> Any:
 # --- (a) two processes race claim behind a barrier -----------------------------------
 
 
-def round_path(folder: str, round_no: int) -> Path:
-    """The queue file of one race round."""
-    return Path(folder) / f"race-{round_no:02d}.sqlite"
+def round_target(backend: str, target: str, round_no: int) -> str | Path:
+    """The queue of one race round: a fresh file per round on SQLite; on PostgreSQL
+    the one database, where each round enqueues its own job."""
+    if backend == "worker":
+        return Path(target) / f"race-{round_no:02d}.sqlite"
+    return target
 
 
 def race_claims(
-    folder: str, owner: str, rounds: int, barrier: Barrier, results: Queue[Any]
+    backend: str, target: str, owner: str, rounds: int, barrier: Barrier, results: Queue[Any]
 ) -> None:
-    """Each round: wait for the file, connect, wait for the rival, claim; report the ticket.
+    """Each round: wait for the round's job, connect, wait for the rival, claim; report.
 
     The barrier has three parties (two racers and the parent): the first wait
-    means "round file ready", the second "both racers connected, go". Any error
+    means "round job ready", the second "both racers connected, go". Any error
     breaks the barrier so the parent fails fast instead of timing out.
     """
+    module = MODULES[backend]
     try:
         for round_no in range(rounds):
             barrier.wait(WAIT_S)
-            con = retry_busy(partial(worker.open_queue, round_path(folder, round_no)))
+            queue = round_target(backend, target, round_no)
+            con = retry_busy(partial(module.open_queue, queue))
             try:
                 barrier.wait(WAIT_S)
-                ticket = retry_busy(partial(worker.claim, con, owner, NOW, LEASE_MS))
+                ticket = retry_busy(partial(module.claim, con, owner, NOW, LEASE_MS))
             finally:
                 con.close()
             results.put((round_no, owner, ticket))
@@ -101,52 +124,56 @@ def race_claims(
 # --- (b) a process killed at a fault hook --------------------------------------------
 
 
-def setup_claim(path: Path) -> dict[str, Any] | None:
+def setup_claim(backend: str, target: str | Path) -> dict[str, Any] | None:
     """Two pending jobs; the operation under test claims the first."""
-    con = worker.open_queue(path)
+    module = MODULES[backend]
+    con = module.open_queue(target)
     try:
-        worker.enqueue(con, {"id": "a", "qty": 3}, NOW, TTL_MS)
-        worker.enqueue(con, {"id": "b", "qty": 4}, NOW, TTL_MS)
+        module.enqueue(con, {"id": "a", "qty": 3}, NOW, TTL_MS)
+        module.enqueue(con, {"id": "b", "qty": 4}, NOW, TTL_MS)
     finally:
         con.close()
     return None
 
 
-def setup_finish(path: Path) -> dict[str, Any] | None:
+def setup_finish(backend: str, target: str | Path) -> dict[str, Any] | None:
     """Job ``a`` leased to ``crasher`` (its ticket is returned), job ``b`` pending."""
-    setup_claim(path)
-    con = worker.open_queue(path)
+    setup_claim(backend, target)
+    module = MODULES[backend]
+    con = module.open_queue(target)
     try:
-        return worker.claim(con, "crasher", NOW, LEASE_MS)
+        ticket: dict[str, Any] | None = module.claim(con, "crasher", NOW, LEASE_MS)
+        return ticket
     finally:
         con.close()
 
 
-def setup_redrive(path: Path) -> dict[str, Any] | None:
+def setup_redrive(backend: str, target: str | Path) -> dict[str, Any] | None:
     """Job ``a`` dead (refused permanently, token 1), job ``b`` pending."""
-    ticket = setup_finish(path)
+    ticket = setup_finish(backend, target)
     assert ticket is not None
-    con = worker.open_queue(path)
+    module = MODULES[backend]
+    con = module.open_queue(target)
     try:
-        assert worker.finish(con, ticket, "permanent", NOW + 1) == "dead"
+        assert module.finish(con, ticket, "permanent", NOW + 1) == "dead"
     finally:
         con.close()
     return None
 
 
-def op_claim(con: sqlite3.Connection, fault: worker.Fault | None, ticket: Any) -> object:
-    return worker.claim(con, "crasher", NOW + 10, LEASE_MS, fault)
+def op_claim(module: ModuleType, con: Any, fault: worker.Fault | None, ticket: Any) -> object:
+    return module.claim(con, "crasher", NOW + 10, LEASE_MS, fault)
 
 
-def op_finish(con: sqlite3.Connection, fault: worker.Fault | None, ticket: Any) -> object:
-    return worker.finish(con, ticket, "ok", NOW + 20, 0, fault)
+def op_finish(module: ModuleType, con: Any, fault: worker.Fault | None, ticket: Any) -> object:
+    return module.finish(con, ticket, "ok", NOW + 20, 0, fault)
 
 
-def op_redrive(con: sqlite3.Connection, fault: worker.Fault | None, ticket: Any) -> object:
-    return worker.redrive(con, "a", NOW + 30, TTL_MS, "drill", fault)
+def op_redrive(module: ModuleType, con: Any, fault: worker.Fault | None, ticket: Any) -> object:
+    return module.redrive(con, "a", NOW + 30, TTL_MS, "drill", fault)
 
 
-SETUPS: dict[str, Callable[[Path], dict[str, Any] | None]] = {
+SETUPS: dict[str, Callable[[str, str | Path], dict[str, Any] | None]] = {
     "claim": setup_claim,
     "finish": setup_finish,
     "redrive": setup_redrive,
@@ -159,6 +186,11 @@ OPERATIONS: dict[str, Operation] = {
 HOOK_NEVER_FIRED = 3
 
 
+def run_operation(backend: str, con: Any, operation: str, ticket: Any) -> object:
+    """``operation`` on ``con`` with no hook (the replay that computes the after-state)."""
+    return OPERATIONS[operation](MODULES[backend], con, None, ticket)
+
+
 def die_at(point: str) -> worker.Fault:
     """A fault hook that SIGKILLs this very process when ``point`` is reached."""
 
@@ -169,12 +201,15 @@ def die_at(point: str) -> worker.Fault:
     return fault
 
 
-def crash_at(path: str, operation: str, point: str, ticket: dict[str, Any] | None) -> None:
-    """Run ``operation`` on the queue at ``path`` and die by SIGKILL at hook ``point``.
+def crash_at(
+    backend: str, target: str, operation: str, point: str, ticket: dict[str, Any] | None
+) -> None:
+    """Run ``operation`` on the queue at ``target`` and die by SIGKILL at hook ``point``.
 
     Exits with ``HOOK_NEVER_FIRED`` if the operation returns: the hook was not reached.
     """
-    con = worker.open_queue(path)
-    OPERATIONS[operation](con, die_at(point), ticket)
+    module = MODULES[backend]
+    con = module.open_queue(target)
+    OPERATIONS[operation](module, con, die_at(point), ticket)
     con.close()
     sys.exit(HOOK_NEVER_FIRED)
