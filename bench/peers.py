@@ -74,6 +74,8 @@ def _payload(i: int) -> dict[str, Any]:
     return {"id": f"job-{i:08d}", "qty": 1 + i % 1000}
 
 
+# The three adapters have the same shape on purpose (a deliberate likeness, not a copy):
+# each is ``PeerQueue``'s methods in one peer's own calls.
 class _PersistQueue:
     api = "SQLiteAckQueue: put / get(raw=True) / ack"
 

@@ -58,6 +58,22 @@ _FLAT = (
     "flat, nothing to do: each pending queue (fresh, retried) and the leases have their own "
     "partial index, and a claim searches past a waiting head in windows that grow fourfold."
 )
+# The paragraph before each section's table.
+_INTROS = {
+    "The settings and what they cost": "A bare one-row write transaction in each mode, on the "
+    "same disk; the first row is **the limit** of any call that is one write transaction "
+    "under the contract:",
+    "The peers": "The same work through persist-queue, litequeue and huey in their default "
+    "modes (read back from their own connections), on the same disk:",
+    "Latency against rows": "One claim and its finish, timed together, in files of `pending` "
+    "rows (all due) and of `history` rows (mostly done and dead, a tenth waiting retries, "
+    "due jobs last):",
+    "Several couriers on one file": "N processes claiming and finishing for {seconds} s, on "
+    "one file:",
+    "Slow states, and what to do about them": "States a real queue reaches in which claim's "
+    "cost could grow, each at a small and a large size, and a batch (`claim_many` + "
+    "`finish_many`) in the same state:",
+}
 _GROWS = 2.0  # a case grows if its large size costs this many times its small size
 WIDTH = 98  # the page's prose is wrapped at this width
 
@@ -121,6 +137,11 @@ def _para(*parts: str) -> list[str]:
     )
 
 
+def _section(title: str, table: list[str], **values: object) -> list[str]:
+    """A ``##`` section: its title, its ``_INTROS`` paragraph (with ``values``), the table."""
+    return [f"## {title}", "", *_para(_INTROS[title].format(**values)), "", *table]
+
+
 def _per_s(results: dict[str, Any], *path: str) -> float:
     value: Any = results
     for key in path:
@@ -163,17 +184,9 @@ def _settings(results: dict[str, Any]) -> list[str]:
     fsync = results.get("limit", {}).get("fsync")
     if fsync:
         rows.append(["no SQLite: write 4 KiB, fsync", _fmt(fsync["per_s"]), "one fsync", "-"])
-    lines = [
-        "## The settings and what they cost",
-        "",
-        *_para(
-            "A bare one-row write transaction in each mode, on the same disk; the first row",
-            "is **the limit** of any call that is one write transaction under the contract:",
-        ),
-        "",
-        *_table(["journal+synchronous", "transactions/s", "syncs per commit", "durable"], rows),
-        "",
-    ]
+    header = ["journal+synchronous", "transactions/s", "syncs per commit", "durable"]
+    lines = _section("The settings and what they cost", _table(header, rows))
+    lines.append("")
     limit, wal = limit_per_s(results), limit_per_s(results, "WAL+FULL")
     off = limit_per_s(results, "DELETE+OFF")
     if limit and wal and off:
@@ -281,16 +294,7 @@ def _peers(results: dict[str, Any]) -> list[str]:
         verbs = " / ".join(f"`{v}`" for v in VERBS[name] if not v.startswith("("))
         rows.append(_system_row(name, f"{peer['version']}: {verbs}", mode, per_cycle, peer, "no"))
     header = ["system", "calls", "mode", "syncs per take+ack", "enqueue jobs/s"]
-    lines = [
-        "## The peers",
-        "",
-        *_para(
-            "The same work through persist-queue, litequeue and huey in their default modes",
-            "(read back from their own connections), on the same disk:",
-        ),
-        "",
-        *_table([*header, "take+ack jobs/s", "fenced lease"], rows),
-    ]
+    lines = _section("The peers", _table([*header, "take+ack jobs/s", "fenced lease"], rows))
     if measured and "cycle" in worker.get("batch", {}):
         best = max(measured, key=lambda n: _per_s(results, "peers", n, "cycle"))
         slowest = min(_per_s(results, "peers", n, "cycle") for n in measured)
@@ -330,16 +334,7 @@ def _latency(results: dict[str, Any]) -> list[str]:
             row += [_fmt(entry["p50_ms"], 2), _fmt(entry["p99_ms"], 2)] if entry else ["-"] * 2
         rows.append(row)
     header = ["rows", "pending: p50 ms", "p99 ms", "history: p50 ms", "p99 ms"]
-    lines = [
-        "## Latency against rows",
-        "",
-        *_para(
-            "One claim and its finish, timed together, in files of `pending` rows (all due) and",
-            "of `history` rows (mostly done and dead, a tenth waiting retries, due jobs last):",
-        ),
-        "",
-        *_table(header, rows),
-    ]
+    lines = _section("Latency against rows", _table(header, rows))
     prose: list[str] = []
     if len(by_rows) > 1:
         small, large = min(by_rows), max(by_rows)
@@ -378,12 +373,9 @@ def _couriers(results: dict[str, Any]) -> list[str]:
         for entry in entries
     ]
     header = ["processes", "claim+finish cycles/s, all", "cycles per process", "lock timeouts"]
+    table = _table(header, rows)
     return [
-        "## Several couriers on one file",
-        "",
-        *_para(f"N processes claiming and finishing for {section['seconds']} s, on one file:"),
-        "",
-        *_table(header, rows),
+        *_section("Several couriers on one file", table, seconds=section["seconds"]),
         "",
         *_para(
             "SQLite lets one writer in at a time, so N couriers together run at about the",
@@ -419,18 +411,8 @@ def _slow_states(results: dict[str, Any]) -> list[str]:
         advice = _para(f"- {', '.join(flat)}: {_FLAT}") + advice
     size = next(iter(by_case.values()))[0].get("batch_size", "?") if by_case else "?"
     header = ["state", "what grows", "how many", "claim+finish p50 ms", f"batch of {size} ms"]
-    return [
-        "## Slow states, and what to do about them",
-        "",
-        *_para(
-            "States a real queue reaches in which claim's cost could grow, each at a small and",
-            "a large size, and a batch (`claim_many` + `finish_many`) in the same state:",
-        ),
-        "",
-        *_table([*header, "verdict"], rows),
-        "",
-        *advice,
-    ]
+    table = _table([*header, "verdict"], rows)
+    return [*_section("Slow states, and what to do about them", table), "", *advice]
 
 
 def _method(results: dict[str, Any]) -> list[str]:

@@ -101,13 +101,13 @@ class DrillHook:
 
 
 def drill_round(
+    hook: DrillHook,
     path: Path,
     owner: str,
     clock: Callable[[], int],
     send: Send,
     jitter: float,
     lease_ms: int,
-    hook: DrillHook,
 ) -> dict[str, Any] | None:
     """One ``run_file`` round with the drill's hook passed to ``claim`` and ``finish``.
 
@@ -142,22 +142,15 @@ class RecordedRounds:
         self.drill = drill
         self.rounds = 0
 
-    def __call__(
-        self,
-        path: Path,
-        owner: str,
-        clock: Callable[[], int],
-        send: Send,
-        jitter: float,
-        lease_ms: int,
-    ) -> dict[str, Any] | None:
+    def __call__(self, *arguments: Any) -> dict[str, Any] | None:
+        """One round; ``arguments`` are ``run_file``'s (``courier.runner.Step``)."""
         self.rounds += 1
         try:
             if self.drill is not None and self.rounds >= self.drill.round:
                 hook = DrillHook(self.drill, self.events)
-                result = drill_round(path, owner, clock, send, jitter, lease_ms, hook)
+                result = drill_round(hook, *arguments)
             else:
-                result = worker.run_file(path, owner, clock, send, jitter, lease_ms)
+                result = worker.run_file(*arguments)
         except sqlite3.OperationalError as error:
             if is_busy(error):
                 self.events.write("busy", detail=str(error))

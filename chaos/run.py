@@ -53,30 +53,20 @@ Out = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Paths:
-    """Where one run keeps its files: all under one directory."""
+    """Where one run keeps its files: all under one directory (``Paths.under``)."""
 
-    root: Path
+    queue: Path
+    inbox: Path
+    events: Path  # one event log per courier incarnation
+    logs: Path  # one output log per process
 
-    @property
-    def queue(self) -> Path:
-        return self.root / "queue.sqlite"
-
-    @property
-    def inbox(self) -> Path:
-        return self.root / "inbox.sqlite"
-
-    @property
-    def events(self) -> Path:
-        return self.root / "events"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    def create(self) -> Paths:
-        self.events.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        return self
+    @staticmethod
+    def under(root: Path) -> Paths:
+        """The files of a run in ``root``, with the two folders created."""
+        paths = Paths(root / "queue.sqlite", root / "inbox.sqlite", root / "events", root / "logs")
+        for folder in (paths.events, paths.logs):
+            folder.mkdir(parents=True, exist_ok=True)
+        return paths
 
 
 @dataclass
@@ -179,7 +169,7 @@ def _observe(
 
 def run_soak(config: Config, root: Path, out: Out) -> dict[str, Any]:
     """Run the chaos phase and the recovery in ``root``; return the checker's report."""
-    paths = Paths(root).create()
+    paths = Paths.under(root)
     worker.open_queue(paths.queue).close()
     counts = ChaosCounts()
     receiver_chaos = ReceiverChaos(config, counts)

@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import worker
 from courier import demo, queueview
@@ -96,273 +96,115 @@ def _positive_float(text: str) -> float:
     return value
 
 
-# --- The parser -------------------------------------------------------------------
+# --- The options of each command -------------------------------------------------
 
 
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+Options: TypeAlias = "argparse.ArgumentParser | argparse._ArgumentGroup"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole CLI: one sub-parser per command, each with its own --help."""
-    parser = argparse.ArgumentParser(
-        prog="python -m courier",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def _option(
+    parser: Options,
+    flag: str,
+    metavar: str,
+    kind: Callable[[str], Any],
+    text: str,
+    default: object = None,
+    required: bool = False,
+) -> None:
+    """``flag METAVAR`` read with ``kind``; ``%(default)s`` in ``text`` shows ``default``."""
+    parser.add_argument(
+        flag, metavar=metavar, type=kind, default=default, required=required, help=text
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in (
-        _add_init,
-        _add_enqueue,
-        _add_status,
-        _add_dead,
-        _add_redrive,
-        _add_serve,
-        _add_inbox,
-        _add_audit,
-        _add_run,
-        _add_demo,
-    ):
-        add_command(commands)
-    return parser
 
 
-def _add_init(commands: Subparsers) -> None:
-    init = commands.add_parser("init", help="create a queue file (an existing one is kept)")
-    _queue_arg(init)
-    init.set_defaults(handler=cmd_init)
+def _json_flag(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    """A queue file's path and ``--json`` (print ``what``)."""
+
+    def add(parser: argparse.ArgumentParser) -> None:
+        _queue_arg(parser)
+        parser.add_argument("--json", action="store_true", help=f"print {what}")
+
+    return add
 
 
-def _add_enqueue(commands: Subparsers) -> None:
-    enqueue = commands.add_parser(
-        "enqueue",
-        help="add a delivery job",
-        description="Add the job {id, qty}. Enqueueing the same id and qty again is a "
-        "harmless intake retry (the existing job is kept); the same id with another "
-        "qty is a conflict (exit 1).",
-    )
+def _enqueue_options(enqueue: argparse.ArgumentParser) -> None:
     _queue_arg(enqueue)
     enqueue.add_argument("id", help="job id: 1-64 ASCII letters, digits, '_' or '-'")
     enqueue.add_argument("qty", type=_integer, help="quantity, 1..1000")
-    enqueue.add_argument(
-        "--ttl-ms",
-        metavar="MS",
-        type=_integer,
-        default=DEFAULT_TTL_MS,
-        help="the job must be done within this many ms or it is quarantined "
-        "(1..60000, default %(default)s)",
-    )
-    enqueue.add_argument(
-        "--max-attempts",
-        metavar="N",
-        type=_integer,
-        default=DEFAULT_MAX_ATTEMPTS,
-        help="delivery attempts before quarantine (1..16, default %(default)s)",
-    )
-    enqueue.set_defaults(handler=cmd_enqueue)
+    ttl = "the job must be done within this many ms or it is quarantined (1..60000, default "
+    _option(enqueue, "--ttl-ms", "MS", _integer, ttl + "%(default)s)", DEFAULT_TTL_MS)
+    attempts = "delivery attempts before quarantine (1..16, default %(default)s)"
+    _option(enqueue, "--max-attempts", "N", _integer, attempts, DEFAULT_MAX_ATTEMPTS)
 
 
-def _add_status(commands: Subparsers) -> None:
-    status = commands.add_parser("status", help="count jobs per status and show the next due job")
-    _queue_arg(status)
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    status.set_defaults(handler=cmd_status)
-
-
-def _add_dead(commands: Subparsers) -> None:
-    dead = commands.add_parser(
-        "dead",
-        help="list quarantined (dead) jobs with their reason",
-        description="List dead jobs: reason is 'deadline' (ttl passed), 'exhausted' "
-        "(no attempts left) or 'permanent' (the receiver refused it).",
-    )
-    _queue_arg(dead)
-    dead.add_argument("--json", action="store_true", help="print a JSON list")
-    dead.set_defaults(handler=cmd_dead)
-
-
-def _add_redrive(commands: Subparsers) -> None:
-    redrive = commands.add_parser(
-        "redrive",
-        help="re-queue a dead job, with an audit note",
-        description="Put a dead job back to pending with a fresh attempt budget and "
-        "deadline. An audit row (id, token, time, note) is written in the same "
-        "transaction and printed. The fencing token is kept, so no old ticket revives.",
-    )
+def _redrive_options(redrive: argparse.ArgumentParser) -> None:
     _queue_arg(redrive)
     redrive.add_argument("id", help="id of the dead job")
-    redrive.add_argument(
-        "--note",
-        metavar="NOTE",
-        required=True,
-        help="why, for the audit trail: 1-64 ASCII letters, digits, '_' or '-' (e.g. ticket-4711)",
-    )
-    redrive.add_argument(
-        "--ttl-ms",
-        metavar="MS",
-        type=_integer,
-        default=DEFAULT_TTL_MS,
-        help="new deadline, ms from now (1..60000, default %(default)s)",
-    )
-    redrive.set_defaults(handler=cmd_redrive)
+    note = "why, for the audit trail: 1-64 ASCII letters, digits, '_' or '-' (e.g. ticket-4711)"
+    _option(redrive, "--note", "NOTE", str, note, required=True)
+    ttl = "new deadline, ms from now (1..60000, default %(default)s)"
+    _option(redrive, "--ttl-ms", "MS", _integer, ttl, DEFAULT_TTL_MS)
 
 
-def _add_serve(commands: Subparsers) -> None:
-    serve = commands.add_parser(
-        "serve",
-        help="run the HTTP receiver (prints its URL and port)",
-        description="Run the receiver: POST /deliveries applies each (id, qty) once, "
-        "recorded in its own inbox file; GET / shows the inbox totals. Stops on "
-        "Ctrl-C or SIGTERM, or after --max-seconds.",
-    )
+def _serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("inbox", type=Path, help="path of the receiver's inbox file (SQLite)")
-    serve.add_argument(
-        "--host", metavar="ADDR", default="127.0.0.1", help="address to bind (default %(default)s)"
-    )
-    serve.add_argument(
-        "--port", metavar="PORT", type=_integer, default=0, help="port (default 0: any free port)"
-    )
-    serve.add_argument(
-        "--port-file", metavar="PATH", type=Path, help="also write the port here, for scripts"
-    )
-    serve.add_argument(
-        "--reply-delay-ms",
-        metavar="MS",
-        type=_integer,
-        default=0,
-        help="chaos knob: wait this long after committing, before answering (0..10000)",
-    )
-    serve.add_argument(
-        "--max-seconds", metavar="S", type=_positive_float, help="stop after this long"
-    )
-    serve.set_defaults(handler=cmd_serve)
+    _option(serve, "--host", "ADDR", str, "address to bind (default %(default)s)", "127.0.0.1")
+    _option(serve, "--port", "PORT", _integer, "port (default 0: any free port)", 0)
+    _option(serve, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    delay = "chaos knob: wait this long after committing, before answering (0..10000)"
+    _option(serve, "--reply-delay-ms", "MS", _integer, delay, 0)
+    _option(serve, "--max-seconds", "S", _positive_float, "stop after this long")
 
 
-def _add_inbox(commands: Subparsers) -> None:
-    inbox = commands.add_parser("inbox", help="show a receiver inbox file's totals")
+def _inbox_options(inbox: argparse.ArgumentParser) -> None:
     inbox.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
-    inbox.set_defaults(handler=cmd_inbox)
 
 
-def _add_audit(commands: Subparsers) -> None:
-    audit = commands.add_parser(
-        "audit",
-        help="check a queue file against the receiver's inbox: nothing lost, no effect twice",
-        description="Read the queue file and the receiver's inbox file (changing neither) and "
-        "check that every job is done or dead, no effect was applied twice, every done job "
-        "has its effect, every effect belongs to a job with its qty, and no token went "
-        "down. Run it once the couriers have stopped. Exit 1 if a check fails.",
-    )
+def _audit_options(audit: argparse.ArgumentParser) -> None:
     _queue_arg(audit)
-    audit.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
+    _inbox_options(audit)
     audit.add_argument(
         "--in-flight-ok",
         action="store_true",
         help="jobs still pending or leased are in flight, not lost (a queue still in use)",
     )
     audit.add_argument("--json", action="store_true", help="print one JSON object")
-    audit.set_defaults(handler=cmd_audit)
 
 
-def _add_run(commands: Subparsers) -> None:
-    run = commands.add_parser(
-        "run",
-        help="run a courier that delivers jobs to a receiver",
-        description="Claim, deliver and finish jobs one at a time until a limit is "
-        "reached. It pauses briefly when nothing is due or the file is busy. Ctrl-C or "
-        "SIGTERM stops it after the current delivery.",
-    )
+def _run_options(run: argparse.ArgumentParser) -> None:
     _queue_arg(run)
-    run.add_argument(
-        "--url", metavar="URL", required=True, help="e.g. http://127.0.0.1:PORT/deliveries"
-    )
-    run.add_argument(
-        "--owner", metavar="NAME", required=True, help="this courier's name (an identifier)"
-    )
-    run.add_argument(
-        "--lease-ms",
-        metavar="MS",
-        type=_integer,
-        default=1000,
-        help="lease per claim; after it another courier may take the job (default %(default)s)",
-    )
-    run.add_argument(
-        "--timeout-ms",
-        metavar="MS",
-        type=_integer,
-        help="HTTP timeout (default: 3/4 of the lease, so the answer comes while it holds)",
-    )
+    _option(run, "--url", "URL", str, "e.g. http://127.0.0.1:PORT/deliveries", required=True)
+    _option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
+    lease = "lease per claim; after it another courier may take the job (default %(default)s)"
+    _option(run, "--lease-ms", "MS", _integer, lease, 1000)
+    timeout = "HTTP timeout (default: 3/4 of the lease, so the answer comes while it holds)"
+    _option(run, "--timeout-ms", "MS", _integer, timeout)
     limits = run.add_argument_group("limits", "the courier stops at the first limit reached")
-    limits.add_argument(
-        "--max-runs",
-        metavar="N",
-        type=_int_at_least(1),
-        default=10_000,
-        help="rounds (claim, deliver, finish; or one empty look) (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-seconds",
-        metavar="S",
-        type=_positive_float,
-        default=60.0,
-        help="seconds of running (default %(default)s)",
-    )
-    limits.add_argument(
-        "--max-idle-ms",
-        metavar="MS",
-        type=_int_at_least(0),
-        help="nothing was due for this long (default: no idle limit)",
-    )
+    rounds = "rounds (claim, deliver, finish; or one empty look) (default %(default)s)"
+    _option(limits, "--max-runs", "N", _int_at_least(1), rounds, 10_000)
+    seconds = "seconds of running (default %(default)s)"
+    _option(limits, "--max-seconds", "S", _positive_float, seconds, 60.0)
+    idle = "nothing was due for this long (default: no idle limit)"
+    _option(limits, "--max-idle-ms", "MS", _int_at_least(0), idle)
     limits.add_argument(
         "--until-drained", action="store_true", help="no job is pending or leased any more"
     )
     drill = run.add_argument_group(
         "crash drill", "stall after an acknowledged delivery, so a supervisor can kill it"
     )
-    drill.add_argument(
-        "--stall-after-acks", metavar="N", type=_int_at_least(1), help="after the N-th 2xx answer"
-    )
-    drill.add_argument(
-        "--stall-report",
-        metavar="PATH",
-        type=Path,
-        help="JSON file written when stalling, with the captured ticket (required)",
-    )
-    drill.add_argument(
-        "--stall-seconds",
-        metavar="S",
-        type=_positive_float,
-        default=30.0,
-        help="then carry on as a late courier (default %(default)s)",
-    )
-    run.set_defaults(handler=cmd_run)
+    _option(drill, "--stall-after-acks", "N", _int_at_least(1), "after the N-th 2xx answer")
+    report = "JSON file written when stalling, with the captured ticket (required)"
+    _option(drill, "--stall-report", "PATH", Path, report)
+    stall = "then carry on as a late courier (default %(default)s)"
+    _option(drill, "--stall-seconds", "S", _positive_float, stall, 30.0)
 
 
-def _add_demo(commands: Subparsers) -> None:
-    demo_parser = commands.add_parser(
-        "demo",
-        help="two couriers, one killed mid-delivery, the other recovers",
-        description=demo.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    demo_parser.add_argument(
-        "--orders", metavar="N", type=_integer, default=demo.ORDERS, help="(default %(default)s)"
-    )
-    demo_parser.add_argument(
-        "--lease-ms",
-        metavar="MS",
-        type=_integer,
-        default=demo.LEASE_MS,
-        help="(default %(default)s)",
-    )
-    demo_parser.add_argument(
-        "--kill-after",
-        metavar="N",
-        type=_integer,
-        default=demo.KILL_AFTER,
-        help="kill courier c1 right after its N-th acknowledged delivery (default %(default)s)",
-    )
-    demo_parser.set_defaults(handler=cmd_demo)
+def _demo_options(demo_parser: argparse.ArgumentParser) -> None:
+    orders, lease = "(default %(default)s)", "(default %(default)s)"
+    _option(demo_parser, "--orders", "N", _integer, orders, demo.ORDERS)
+    _option(demo_parser, "--lease-ms", "MS", _integer, lease, demo.LEASE_MS)
+    kill = "kill courier c1 right after its N-th acknowledged delivery (default %(default)s)"
+    _option(demo_parser, "--kill-after", "N", _integer, kill, demo.KILL_AFTER)
 
 
 # --- Commands -------------------------------------------------------------------------
@@ -586,6 +428,117 @@ def default_timeout_ms(lease_ms: int) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(orders=args.orders, lease_ms=args.lease_ms, kill_after=args.kill_after)
+
+
+# --- The parser: one row per command ---------------------------------------------
+
+
+class Command(NamedTuple):
+    """One sub-command: its name, one-line help, options, handler and longer description."""
+
+    name: str
+    help: str
+    options: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+# In the order ``--help`` lists them.
+COMMANDS = (
+    Command("init", "create a queue file (an existing one is kept)", _queue_arg, cmd_init),
+    Command(
+        "enqueue",
+        "add a delivery job",
+        _enqueue_options,
+        cmd_enqueue,
+        "Add the job {id, qty}. Enqueueing the same id and qty again is a harmless intake "
+        "retry (the existing job is kept); the same id with another qty is a conflict "
+        "(exit 1).",
+    ),
+    Command(
+        "status",
+        "count jobs per status and show the next due job",
+        _json_flag("one JSON object"),
+        cmd_status,
+    ),
+    Command(
+        "dead",
+        "list quarantined (dead) jobs with their reason",
+        _json_flag("a JSON list"),
+        cmd_dead,
+        "List dead jobs: reason is 'deadline' (ttl passed), 'exhausted' (no attempts left) "
+        "or 'permanent' (the receiver refused it).",
+    ),
+    Command(
+        "redrive",
+        "re-queue a dead job, with an audit note",
+        _redrive_options,
+        cmd_redrive,
+        "Put a dead job back to pending with a fresh attempt budget and deadline. An audit "
+        "row (id, token, time, note) is written in the same transaction and printed. The "
+        "fencing token is kept, so no old ticket revives.",
+    ),
+    Command(
+        "serve",
+        "run the HTTP receiver (prints its URL and port)",
+        _serve_options,
+        cmd_serve,
+        "Run the receiver: POST /deliveries applies each (id, qty) once, recorded in its "
+        "own inbox file; GET / shows the inbox totals. Stops on Ctrl-C or SIGTERM, or after "
+        "--max-seconds.",
+    ),
+    Command("inbox", "show a receiver inbox file's totals", _inbox_options, cmd_inbox),
+    Command(
+        "audit",
+        "check a queue file against the receiver's inbox: nothing lost, no effect twice",
+        _audit_options,
+        cmd_audit,
+        "Read the queue file and the receiver's inbox file (changing neither) and check that "
+        "every job is done or dead, no effect was applied twice, every done job has its "
+        "effect, every effect belongs to a job with its qty, and no token went down. Run it "
+        "once the couriers have stopped. Exit 1 if a check fails.",
+    ),
+    Command(
+        "run",
+        "run a courier that delivers jobs to a receiver",
+        _run_options,
+        cmd_run,
+        "Claim, deliver and finish jobs one at a time until a limit is reached. It pauses "
+        "briefly when nothing is due or the file is busy. Ctrl-C or SIGTERM stops it after "
+        "the current delivery.",
+    ),
+    Command(
+        "demo",
+        "two couriers, one killed mid-delivery, the other recovers",
+        _demo_options,
+        cmd_demo,
+        demo.__doc__,
+    ),
+)
+# Descriptions with their own line breaks (the demo's docstring) are printed as written.
+_RAW_DESCRIPTIONS = frozenset({"demo"})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI: one sub-parser per row of ``COMMANDS``, each with its own --help."""
+    parser = argparse.ArgumentParser(
+        prog="python -m courier",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        raw = command.name in _RAW_DESCRIPTIONS
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+        )
+        command.options(sub)
+        sub.set_defaults(handler=command.handler)
+    return parser
 
 
 # --- The boundary ------------------------------------------------------------------

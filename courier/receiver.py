@@ -353,6 +353,18 @@ def parse_delivery(body: bytes) -> tuple[str, int]:
 # --- HTTP -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What every handler thread reads: the inbox, the knobs and where to log."""
+
+    inbox: Inbox
+    reply_delay_ms: int
+    read_timeout_s: float
+    log: Log | None
+    faults: FaultPlan | None
+    on_commit: CommitHook | None
+
+
 class _Server(ThreadingHTTPServer):
     """The HTTP server plus the receiver's settings, read by each handler thread."""
 
@@ -362,30 +374,16 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
 
-    def __init__(
-        self,
-        address: tuple[str, int],
-        inbox: Inbox,
-        reply_delay_ms: int,
-        read_timeout_s: float,
-        log: Log | None,
-        faults: FaultPlan | None = None,
-        on_commit: CommitHook | None = None,
-    ) -> None:
-        self.inbox = inbox
-        self.reply_delay_ms = reply_delay_ms
-        self.read_timeout_s = read_timeout_s
-        self.log = log
-        self.faults = faults
-        self.on_commit = on_commit
+    def __init__(self, address: tuple[str, int], settings: _Settings) -> None:
+        self.settings = settings
         super().__init__(address, _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (killed, timed out) is normal: one log line."""
         error = sys.exc_info()[1]
         if isinstance(error, ConnectionError):
-            if self.log is not None:
-                self.log(f"client {client_address} went away before its answer: {error!r}")
+            if self.settings.log is not None:
+                self.settings.log(f"client {client_address} went away before its answer: {error!r}")
             return
         super().handle_error(request, client_address)
 
@@ -396,9 +394,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "courier-receiver/1"
 
     @property
-    def _receiver(self) -> _Server:
+    def _receiver(self) -> _Settings:
         assert isinstance(self.server, _Server)
-        return self.server
+        return self.server.settings
 
     def setup(self) -> None:
         super().setup()
@@ -626,9 +624,8 @@ class Receiver:
         if not 0 < read_timeout_s <= 60:
             raise ValueError(f"'read_timeout_s' must be in (0, 60], got {read_timeout_s!r}")
         self.inbox = Inbox(inbox_path, busy_timeout_s=inbox_busy_timeout_s)
-        self._server = _Server(
-            (host, port), self.inbox, reply_delay_ms, read_timeout_s, log, faults, on_commit
-        )
+        settings = _Settings(self.inbox, reply_delay_ms, read_timeout_s, log, faults, on_commit)
+        self._server = _Server((host, port), settings)
         self._thread: threading.Thread | None = None
 
     @property

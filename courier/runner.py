@@ -173,6 +173,7 @@ def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
+@dataclass
 class StallAfterAcks:
     """Wrap a ``send``: after the N-th acknowledged delivery, report and stall.
 
@@ -184,26 +185,19 @@ class StallAfterAcks:
     late courier whose ``finish`` will find its lease gone (status ``stale``).
     """
 
-    def __init__(
-        self,
-        send: Send,
-        queue_path: Path,
-        owner: str,
-        after_acks: int,
-        report_path: Path,
-        stall_seconds: float,
-    ) -> None:
-        if type(after_acks) is not int or after_acks < 1:
-            raise ValueError(f"'after_acks' must be a positive int, got {after_acks!r}")
-        if not 0 < stall_seconds <= 600:
-            raise ValueError(f"'stall_seconds' must be in (0, 600], got {stall_seconds!r}")
-        self.send = send
-        self.queue_path = queue_path
-        self.owner = owner
-        self.after_acks = after_acks
-        self.report_path = report_path
-        self.stall_seconds = stall_seconds
-        self.acks = 0
+    send: Send
+    queue_path: Path
+    owner: str
+    after_acks: int
+    report_path: Path
+    stall_seconds: float
+    acks: int = 0
+
+    def __post_init__(self) -> None:
+        if type(self.after_acks) is not int or self.after_acks < 1:
+            raise ValueError(f"'after_acks' must be a positive int, got {self.after_acks!r}")
+        if not 0 < self.stall_seconds <= 600:
+            raise ValueError(f"'stall_seconds' must be in (0, 600], got {self.stall_seconds!r}")
 
     def __call__(self, event: dict[str, Any]) -> bool:
         ticket = leased_ticket(self.queue_path, event["id"], self.owner)
