@@ -12,7 +12,9 @@ Every drill runs on either backend, named as the contract suite names them:
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import sqlite3
 import sys
@@ -25,9 +27,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import psycopg
+
 import pgworker
 import worker
-from courier.runner import is_busy
+from courier.runner import HttpSend, clock_ms, is_busy
 
 NOW = 1_000_000
 TTL_MS = 60_000
@@ -213,3 +217,76 @@ def crash_at(
     OPERATIONS[operation](module, con, die_at(point), ticket)
     con.close()
     sys.exit(HOOK_NEVER_FIRED)
+
+
+# --- (c) a courier on PostgreSQL, over real HTTP --------------------------------------
+
+COURIER_PAUSE_S = 0.02
+COURIER_LOG_LINE = "{owner}: {id} token={token} -> {status}"
+
+
+def _leased_ticket(conninfo: str, job_id: str, owner: str) -> dict[str, Any] | None:
+    """The ticket ``owner`` holds on ``job_id`` right now, read from the row (or ``None``)."""
+    with psycopg.connect(conninfo, autocommit=True) as con:
+        row = con.execute(
+            "SELECT id, qty, owner, token, attempts, lease_until FROM jobs"
+            " WHERE id = %s AND status = 'leased' AND owner = %s",
+            (job_id, owner),
+        ).fetchone()
+    if row is None:
+        return None
+    return dict(zip(("id", "qty", "owner", "token", "attempt", "lease_until"), row, strict=True))
+
+
+def _unfinished(conninfo: str) -> int:
+    with psycopg.connect(conninfo, autocommit=True) as con:
+        count: int = con.execute(
+            "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
+        ).fetchone()[0]
+    return count
+
+
+def pg_courier(
+    conninfo: str,
+    url: str,
+    owner: str,
+    log_path: str,
+    max_seconds: float,
+    stall_after_acks: int = 0,
+    report_path: str = "",
+    stall_seconds: float = 0.0,
+) -> None:
+    """A courier on PostgreSQL: ``pgworker.run_database`` rounds over real HTTP until
+    nothing is pending or leased (or ``max_seconds``), one log line per result.
+
+    With ``stall_after_acks`` it is the crash drill of ``courier.runner.StallAfterAcks``:
+    after that many acknowledged deliveries it writes ``{"pid", "ticket"}`` (the
+    ticket it held, read before sending) to ``report_path`` and sleeps
+    ``stall_seconds``, the moment for a supervisor to SIGKILL it.
+    """
+    http = HttpSend(url, owner)
+    acks = 0
+
+    def send(event: dict[str, Any]) -> bool:
+        nonlocal acks
+        ticket = _leased_ticket(conninfo, event["id"], owner)
+        acked = http(event)
+        acks += 1
+        if acks == stall_after_acks:
+            partial_path = Path(report_path + ".partial")
+            partial_path.write_text(json.dumps({"pid": os.getpid(), "ticket": ticket}))
+            os.replace(partial_path, report_path)
+            time.sleep(stall_seconds)
+        return acked
+
+    until = time.monotonic() + max_seconds
+    with open(log_path, "a", encoding="utf-8") as log:
+        while time.monotonic() < until:
+            result = pgworker.run_database(conninfo, owner, clock_ms, send, random.random(), 1000)
+            if result is not None:
+                log.write(COURIER_LOG_LINE.format(owner=owner, **result) + "\n")
+                log.flush()
+            elif _unfinished(conninfo) == 0:
+                return
+            else:
+                time.sleep(COURIER_PAUSE_S)
