@@ -240,10 +240,10 @@ def _leased_ticket(conninfo: str, job_id: str, owner: str) -> dict[str, Any] | N
 
 def _unfinished(conninfo: str) -> int:
     with psycopg.connect(conninfo, autocommit=True) as con:
-        count: int = con.execute(
+        (count,) = con.execute(
             "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
-        ).fetchone()[0]
-    return count
+        ).fetchall()
+    return int(count[0])
 
 
 def pg_courier(
