@@ -27,7 +27,7 @@ queue file). The rules it keeps:
    request on its own thread, closes every connection after one response, and
    ``Receiver.stop()`` joins every thread and closes the socket.
 
-Chaos knobs (for drills and the soak in ``bench/``; all off by default):
+Chaos knobs (for drills and the soak in ``chaos/``; all off by default):
 ``reply_delay_ms`` sleeps after the inbox commit and before the answer, so a courier
 with a short timeout sees a timeout for work that was in fact done. ``faults`` is
 asked, for each well-formed delivery, for a ``Fault``: refuse it with a given 4xx/5xx
