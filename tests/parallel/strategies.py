@@ -299,8 +299,11 @@ def programs(
     max_branches: int = 3,
     max_calls: int = MAX_BRANCH_CALLS,
     max_prefix: int = MAX_PREFIX,
+    min_branches: int = 2,
+    min_calls: int = 1,
 ) -> Program:
-    """A prefix and 2 to ``max_branches`` branches of 1 to ``max_calls`` calls each."""
+    """A prefix and ``min_branches`` to ``max_branches`` branches of ``min_calls`` to
+    ``max_calls`` calls each (2-3 branches of 1-8 calls by default)."""
     sketch = Sketch()
     prefix: list[Call] = []
     for index in range(draw(st.integers(1, max_prefix))):
@@ -309,8 +312,9 @@ def programs(
         if call is not None:
             sketch.apply(PREFIX, len(prefix), call)
             prefix.append(call)
-    lanes = [f"b{number}" for number in range(1, draw(st.integers(2, max_branches)) + 1)]
-    lengths = {lane: draw(st.integers(1, max_calls)) for lane in lanes}
+    count = draw(st.integers(min_branches, max_branches))
+    lanes = [f"b{number}" for number in range(1, count + 1)]
+    lengths = {lane: draw(st.integers(min_calls, max_calls)) for lane in lanes}
     branches: dict[str, list[Call]] = {lane: [] for lane in lanes}
     for lane in lanes:
         sketch.clocks[lane] = sketch.clocks[PREFIX]
