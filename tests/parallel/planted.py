@@ -351,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         for bug in PLANTS:
             if args.only and bug.name not in args.only:
                 continue
-            result = {"plant": bug.name} if args.no_hunt else hunt(bug, Path(scratch))
+            result: dict[str, object] = {"plant": bug.name}
+            if not args.no_hunt:
+                result = hunt(bug, Path(scratch))
             if args.lockstep or args.no_hunt:
                 result.update(lockstep(bug, Path(scratch)))
             results.append(result)
