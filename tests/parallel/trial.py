@@ -87,3 +87,11 @@ class Trials:
             self.shrinking = True
             self.failed[describe(program)] = trial
         return trial
+
+
+def replay(pool: Pool, backend: Backend, program: Program, runs: int) -> Trial:
+    """Run ``program`` exactly ``runs`` times on ``backend`` and count the failures: how a
+    shrunk program is replayed by hand or kept as a regression test."""
+    trials = Trials(pool, backend, repeats=runs)
+    trials.shrinking = True  # every run counts, not only the first
+    return trials.attempt(program)
