@@ -5,16 +5,23 @@ two or three branches run at once, each in its own process on its own connection
 one real SQLite file, started together behind a barrier. The history of every run is
 checked against the model (``tests.parallel.judge``); a failure prints the shrunk
 program, how often it failed, and its timeline. ``docs/debugging.md`` shows one.
+
+``LEASE_QUEUE_PLANT=<name>`` runs the same test on a copy of worker.py with one of the
+bugs of ``tests.parallel.planted`` planted in it, to watch the suite catch it.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import event, given
 
 from tests.parallel.backends import SQLiteBackend
+from tests.parallel.planted import BY_NAME, plant
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool
 from tests.parallel.strategies import programs
@@ -27,8 +34,11 @@ SETTINGS, SIZES = parallel_settings()
 @pytest.fixture(scope="module")
 def sqlite_trials() -> Iterator[Trials]:
     pool = Pool()
+    planted = os.environ.get("LEASE_QUEUE_PLANT")
     try:
-        yield Trials(pool, SQLiteBackend(), SIZES.repeats, SIZES.budget)
+        with tempfile.TemporaryDirectory(prefix="plant-") as folder:
+            backend = SQLiteBackend() if not planted else plant(BY_NAME[planted], Path(folder))
+            yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
     finally:
         pool.close()
 
