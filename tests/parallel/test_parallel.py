@@ -49,4 +49,5 @@ def test_parallel_histories_linearize(sqlite_trials: Trials, program: Program) -
     trial = sqlite_trials.attempt(program)
     event(f"verdict: {'failed' if trial.failed else 'unknown' if trial.unknown else 'ok'}")
     event(f"branches: {len(program.branches)}")
-    assert not trial.failed, trial.report()
+    if trial.failed:
+        raise AssertionError(trial.report())
