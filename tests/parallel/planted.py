@@ -6,8 +6,9 @@ the code fails loudly instead of planting nothing. ``plant(bug, folder)`` writes
 copy and returns the backend that runs it. ``docs/testing.md`` records, for each one,
 whether the sequential lockstep catches it and what the parallel suite takes to.
 
-    python -m tests.parallel.planted            # every plant: time to fail, shrunk size, rate
+    python -m tests.parallel.planted --lockstep --json FILE   # every plant, both suites
     python -m tests.parallel.planted --only finish-deferred-begin
+    python -m tests.parallel.planted --table FILE             # the docs' table of a run
 """
 
 from __future__ import annotations
@@ -335,6 +336,25 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
     return {"lockstep_catches": caught, "lockstep_s": round(time.monotonic() - started, 1)}
 
 
+def table(results: list[dict[str, object]]) -> str:
+    """The measured plants as the markdown table of ``docs/testing.md``."""
+    lines = [
+        "| plant | the mistake | lockstep (ci) | parallel suite: first failure | programs"
+        " | with shrinking | shrunk program | failed runs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        bug = BY_NAME[str(result["plant"])]
+        seq = "catches it" if result.get("lockstep_catches") else "passes"
+        lines.append(
+            f"| `{bug.name}` | {bug.summary} | {seq} | {result['first_failure_s']} s"
+            f" | {result['programs_to_first_failure']} | {result['total_s']} s"
+            f" | {result['shrunk_calls']} calls, {result['shrunk_branches']} branches"
+            f" | {result['failed_runs']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -345,7 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lockstep", action="store_true", help="also run the sequential suite")
     parser.add_argument("--no-hunt", action="store_true", help="only the sequential suite")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--table", type=Path, help="print the table of a recorded JSON")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+        return 0
     results = []
     with tempfile.TemporaryDirectory(prefix="planted-") as scratch:
         for bug in PLANTS:
