@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo fuzz mutants diagram bench clean
+.PHONY: test demo fuzz mutants diagram bench bench-postgres clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png --page docs/performance.md
+
+## bench-postgres: PostgreSQL beside SQLite on the same disk (a few minutes), rendered into docs/postgres.md
+bench-postgres: $(STAMP)
+	$(PY) -m bench.postgres --json docs/postgres.json --doc docs/postgres.md
 
 ## mutants: mutation testing of worker.py against the stateful suite alone (about 16 min on 2 cores)
 mutants: $(STAMP)
