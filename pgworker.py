@@ -209,15 +209,15 @@ _QUARANTINABLE = """(status IN ('pending', 'leased') AND deadline <= %(now)s
 # A claimable row the quarantine leaves alone (the statement's parts share one
 # snapshot: the searches do not see what the quarantine changes).
 _STILL_ALIVE = "deadline > %(now)s AND attempts < max_attempts"
-_SEARCHES = {
-    "fresh": f"{_FRESH} AND available_at <= %(now)s",
-    "retried": f"{_RETRIED} AND available_at <= %(now)s",
-    "expired": _EXPIRED,
-}
+_SEARCHES = (
+    ("fresh", f"{_FRESH} AND available_at <= %(now)s"),
+    ("retried", f"{_RETRIED} AND available_at <= %(now)s"),
+    ("expired", _EXPIRED),
+)
 _SEARCH = {
     queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE}
     ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
-    for queue, where in _SEARCHES.items()
+    for queue, where in _SEARCHES
 }
 # Steps 2 and 3: the lowest :limit claimable seqs of the three searches, leased.
 _CLAIM = f"""WITH quarantined AS (

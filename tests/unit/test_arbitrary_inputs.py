@@ -50,6 +50,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import pgworker
 import worker
 from bench import soak
 from courier import cli, queueview, receiver
@@ -597,7 +598,7 @@ def test_a_pathlike_that_returns_no_path_is_a_value_error(function: str) -> None
 
 # --- SQL is never built from values -------------------------------------------------------
 
-SQL_MODULES: list[ModuleType] = [worker, queueview, receiver, cli, soak]
+SQL_MODULES: list[ModuleType] = [worker, pgworker, queueview, receiver, cli, soak]
 SQL_METHODS = frozenset({"execute", "executemany", "executescript"})
 PLACEHOLDER = re.compile(r"\?|[:@$][A-Za-z_]")
 

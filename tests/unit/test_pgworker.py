@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 import pgworker
 import worker
+from tests.postgres import Server
 from tests.support import RecordingSend, ScriptedClock
 
 Connection = psycopg.Connection[Any]
@@ -330,3 +331,17 @@ def test_run_database_adds_missing_indexes_to_an_existing_queue(pg_conninfo: str
     assert pgworker.run_database(pg_conninfo, "c1", ScriptedClock(0), RecordingSend(), 1) is None
     with psycopg.connect(pg_conninfo, autocommit=True) as con:
         assert con.execute("SELECT to_regclass('jobs_fresh_by_seq')").fetchone() is not None
+
+
+def test_the_test_server_of_an_unreachable_conninfo_is_named_without_its_password() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        conninfo = f"host=127.0.0.1 port={port} dbname=ci user=ci password=hunter2-pw"
+        with pytest.raises(RuntimeError) as raised:
+            Server(conninfo, "LEASE_QUEUE_PG")
+    message = str(raised.value)
+    assert message.startswith("cannot connect to the PostgreSQL server of LEASE_QUEUE_PG")
+    assert f"host '127.0.0.1', port '{port}', dbname 'ci', user 'ci'" in message
+    assert "hunter2-pw" not in message
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
