@@ -16,6 +16,11 @@ time is always an argument.
   exceptions, and ``retry_delay``; the batch operations of ``docs/batches.md``
   (``enqueue_many``, ``claim_many``, ``finish_many``) are the single operations
   one after another in one write;
+- ``model.explore``: a bounded model checker (``python -m model.explore``):
+  every state ``QueueModel`` reaches within small bounds, breadth first, each
+  checked against ``model.properties`` (``always`` invariants and properties of
+  steps, ``sometimes`` goals), with the shortest trace to each finding printed
+  as a program of the lockstep machine's rules;
 - ``model.diagram``: renders ``docs/state-machine.md`` from all of the above
   (``python -m model.diagram``, ``--check`` to verify).
 """

@@ -9,7 +9,10 @@ The Mermaid diagram is drawn by ``transitions``' own ``GraphMachine`` (engine
 ``mermaid``, pure Python, works offline) from a freshly built machine, so its
 edges are the machine's; the tables below it are rendered from
 ``model.lifecycle``'s tables and from the docstrings of the guards and effects
-they name. Only the introduction (``INTRO``) is written by hand.
+they name. The last section is rendered from the explorer's recorded run of its
+default bounds (``docs/state-machine.json``, written by ``python -m model.explore
+--record``; a test checks it against a fresh run). Only the introductions
+(``INTRO``, ``EXPLORED``) are written by hand.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from transitions.extensions import GraphMachine
 
-from model.job import Job, machine_config
+from model.explore import BOUND_HELP, RECORD_PATH, load_record
+from model.job import FIRES, GUARDS, Job, machine_config
 from model.lifecycle import EFFECTS, OPERATION_STEPS, TRANSITIONS
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "state-machine.md"
@@ -37,7 +42,8 @@ INTRO = """\
 
 This page is rendered from [`model/`](../model/), the executable specification of
 [`worker.py`](../worker.py); the exact contract is [`spec/CONTRACT.md`](spec/CONTRACT.md).
-Run `python -m model.diagram` after changing the model; a test fails while this page is stale.
+Run `make diagram` after changing the model (it records a run of the explorer, then renders
+this page); a test fails while this page or the record is stale.
 
 A job is enqueued **`pending`**, available at once, with a deadline `ttl_ms` away, a
 budget of `max_attempts` attempts, 0 attempts made and fencing token 0.
@@ -68,6 +74,31 @@ renewed budget and deadline. Its token is kept, so no old ticket can ever become
 Every boundary falls on the side of expiry: at `now_ms == lease_until` the lease has expired
 (the job is reclaimable and its ticket is stale), and at `now_ms == deadline` the deadline has
 passed.
+"""
+
+
+EXPLORED = """\
+`python -m model.explore` ([`model/explore.py`](../model/explore.py), `make explore`) visits
+every state the model can reach from the empty queue within the bounds below, breadth first,
+as TLC does for a TLA+ specification and Stateright for a Rust model. Every step of the
+lockstep machine's vocabulary ([`tests/stateful/lockstep.py`](../tests/stateful/lockstep.py)),
+with every argument from the bounds, is a successor; so is each hook point a call reaches,
+failing there. A state is the two tables, the live tickets the couriers hold and every time
+relative to the clock, up to a renaming of ids and owners; the clock moves only onto a
+boundary of the rows, so time stays finite without losing one. A ticket is held until the step
+after it goes stale, so every stale ticket is presented once more.
+
+Each property is a named function of [`model/properties.py`](../model/properties.py):
+an invariant is checked in every state, a property of steps on every step, and each goal must be
+reached by some step. Breadth first, the first step that breaks or reaches a property ends the
+shortest trace to it; `python -m model.explore --trace NAME` prints that trace as a test of
+`tests/stateful` to paste (the lockstep's rule calls, which replay on `worker.py`).
+
+Every bound is an option of the same command (`python -m model.explore --help`). Two larger
+runs: `make explore EXPLORE="--depth 9"` takes the same bounds two steps deeper, and
+`make explore EXPLORE="--depth 0 --budgets 2 --ttls 3 --leases 2 --offsets 0"` visits every
+state with no depth bound at all (one budget, one lease and one ttl that still let a lease end
+before its deadline and be cut short by it, and a clock that moves only onto boundaries).
 """
 
 
@@ -140,7 +171,79 @@ def operations_table() -> list[str]:
     ]
 
 
-def render() -> str:
+def _cell(values: Sequence[object]) -> str:
+    return ", ".join(f"`{value}`" for value in values) if values else "—"
+
+
+def explored_section(recorded: dict[str, Any]) -> list[str]:
+    """The explorer's recorded run: its bounds, its numbers, each property's verdict and,
+    per transition row, which guard outcomes some state reaches."""
+    lines = [
+        "\n## Every reachable state, explored\n",
+        EXPLORED,
+        "| bound | default | what it bounds |",
+        "|---|---|---|",
+    ]
+    for name, value in recorded["bounds"].items():
+        shown = _cell(value) if isinstance(value, list) else f"`{value}`"
+        lines.append(f"| `{name}` | {shown} | {BOUND_HELP[name]} |")
+    lines += [
+        "",
+        f"With these bounds the search generates {recorded['generated']:,} states, of which"
+        f" {recorded['distinct']:,} are distinct, to a depth of {recorded['depth']} steps"
+        + (
+            f"; {recorded['unexpanded']:,} states lie at the depth bound, checked but not"
+            " expanded. Every property below is proven for every run of that many steps or"
+            " fewer.\n"
+            if recorded["unexpanded"]
+            else ", where no step finds a new state: every reachable state is checked.\n"
+        ),
+        "| always | checked in | holds |",
+        "|---|---|---|",
+    ]
+    for name, verdict in recorded["always"].items():
+        scope = "every state" if verdict["scope"] == "state" else "every step"
+        holds = "yes" if verdict["holds"] else f"**no**: broken in {verdict['steps']} steps"
+        lines.append(f"| `{name}`: {verdict['summary']} | {scope} | {holds} |")
+    lines += ["", "| sometimes | shortest trace |", "|---|---|"]
+    for name, verdict in recorded["sometimes"].items():
+        if verdict["witnessed"]:
+            seen = f"{verdict['steps']} steps" + (
+                "" if verdict["expected"] else " (**unexpected**)"
+            )
+        else:
+            seen = "never, as expected" if not verdict["expected"] else "**never**"
+        lines.append(f"| `{name}`: {verdict['summary']} | {seen} |")
+    reachable = {tuple(combo) for combo in recorded["reachable"]}
+    lines += [
+        "",
+        "Which guard outcomes each row meets, over all the states (a trigger is tried on a job"
+        " in its row's source state; it fires, or the first guard that fails stops it). An"
+        " outcome never met is one the operation has ruled out before it tries the row, or a"
+        " state no operation reaches. The lockstep's run and `make fuzz` print the combinations"
+        " they reached beside these and name each one they missed.\n",
+        "| # | trigger | from | met | never met |",
+        "|---|---|---|---|---|",
+    ]
+    for number, row in enumerate(TRANSITIONS, start=1):
+        trigger, source = row["trigger"], row["source"]
+        outcomes = [FIRES, *(f"{guard} fails" for guard in GUARDS[(trigger, source)])]
+        met = [_outcome(o) for o in outcomes if (source, trigger, o) in reachable]
+        never = [_outcome(o) for o in outcomes if (source, trigger, o) not in reachable]
+        lines.append(
+            f"| {number} | `{trigger}` | `{source}` | {', '.join(met) or '—'}"
+            f" | {', '.join(never) or '—'} |"
+        )
+    return lines
+
+
+def _outcome(outcome: str) -> str:
+    """A guard outcome as the table prints it: ``fires``, or the guard that failed."""
+    guard, _, fails = outcome.partition(" ")
+    return f"`{guard}` {fails}" if fails else outcome
+
+
+def render(record_path: Path = RECORD_PATH) -> str:
     """The whole of ``docs/state-machine.md``."""
     sections = [
         INTRO,
@@ -160,6 +263,7 @@ def render() -> str:
         "`enqueue` adds a `pending` job and fires nothing; `run_once` is a `claim`, a delivery"
         " outside any transaction and a `finish` at a second clock reading.\n",
         *operations_table(),
+        *explored_section(load_record(record_path)),
     ]
     return "\n".join(sections) + "\n"
 

@@ -16,7 +16,8 @@ line of each docstring is what ``docs/state-machine.md`` prints for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,13 +256,60 @@ SOURCES: dict[str, frozenset[str]] = {
 """Trigger -> the states it has a row from (any other state would raise ``MachineError``)."""
 
 
+GUARDS: dict[tuple[str, str], tuple[str, ...]] = {
+    (row["trigger"], row["source"]): tuple(row.get("conditions", [])) for row in TRANSITIONS
+}
+"""(trigger, source) -> the guards of that row, in the row's order."""
+
+FIRES = "fires"
+"""The guard outcome of a trigger that fired; any other outcome is ``"<guard> fails"``."""
+
+Recorder = Callable[[str, str, str], None]
+"""Told ``(source state, trigger, guard outcome)`` each time ``fire_first`` tries a trigger."""
+
+recorder: Recorder | None = None
+"""Off (``None``) by default; switched on by ``recording`` (coverage reports, the explorer)."""
+
+
+@contextlib.contextmanager
+def recording(record: Recorder) -> Iterator[None]:
+    """Tell ``record`` every trigger ``fire_first`` tries inside the block; then put back
+    whatever recorder was on before."""
+    global recorder
+    before, recorder = recorder, record
+    try:
+        yield
+    finally:
+        recorder = before
+
+
+def first_failing_guard(job: Job, trigger: str, call: Call) -> str | None:
+    """The first guard of ``trigger``'s row from the job's state that does not hold, or
+    ``None`` when all hold (guards change nothing, so asking is free of effects)."""
+    for name in GUARDS[(trigger, job.state)]:
+        if not getattr(job, name)(call):
+            return name
+    return None
+
+
 def fire_first(job: Job, triggers: Sequence[str], call: Call) -> str | None:
     """Fire the first of ``triggers`` whose guards hold for ``job``; return its name.
 
     ``triggers`` are tried in decision order; one with no row from the job's
     state is skipped. ``None`` means that nothing fired and nothing changed.
+    With a ``recorder`` on, each trigger tried is told to it with its outcome:
+    ``"fires"``, or the first guard of its row that fails (``"is_due fails"``).
     """
     for trigger in triggers:
-        if job.state in SOURCES[trigger] and job.trigger(trigger, call):
+        if job.state not in SOURCES[trigger]:
+            continue
+        if recorder is None:
+            if job.trigger(trigger, call):
+                return trigger
+            continue
+        source, failing = job.state, first_failing_guard(job, trigger, call)
+        fired = job.trigger(trigger, call)
+        recorder(source, trigger, FIRES if fired else f"{failing} fails")
+        if fired:
             return trigger
     return None

@@ -4,8 +4,11 @@
 
 Runs ``QueueLockstep`` with random seeds in rounds until the time is up, keeps
 any failure in the example database (``.hypothesis/``) so that the next run
-replays it first, and reports steps per second and how often each rule ran. It
-exits 1 on the first failure, after hypothesis has printed the shrunk program.
+replays it first, and reports steps per second, how often each rule ran, and
+which (source state, trigger, guard outcome) combinations the model tried,
+beside those ``python -m model.explore`` found reachable (each one missed is
+named). It exits 1 on the first failure, after hypothesis has printed the shrunk
+program.
 """
 
 from __future__ import annotations
@@ -13,15 +16,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from model.explore import Combo, counting, coverage_report, load_record
+from model.job import recording
 from tests import profiles  # noqa: F401  (registers the profiles)
 from tests.stateful.lockstep import RULE_NAMES, QueueLockstep
 
 ROUND_EXAMPLES = 100
 STEPS_PER_EXAMPLE = 60
+REACHED: Counter[Combo] = Counter()  # what the model tried during the campaign
 
 
 def campaign_settings() -> settings:
@@ -44,6 +51,9 @@ def report(started: float, rounds: int) -> None:
     print(f"rules covered: {len(covered)}/{len(names)}")
     for name in names:
         print(f"  {name:<24} {counts[name]:>10}")
+    print("model coverage:")
+    for line in coverage_report(REACHED, load_record()):
+        print(f"  {line}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 0
     status = 0
     try:
-        while time.monotonic() < stop_at:
-            run_state_machine_as_test(QueueLockstep, settings=campaign_settings())
-            rounds += 1
+        with recording(counting(REACHED)):
+            while time.monotonic() < stop_at:
+                run_state_machine_as_test(QueueLockstep, settings=campaign_settings())
+                rounds += 1
     except Exception:
         status = 1
         raise
