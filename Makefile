@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo fuzz mutants diagram bench bench-postgres clean
+.PHONY: test demo fuzz mutants diagram explore bench bench-postgres clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,9 +53,15 @@ mutants: $(STAMP)
 	HYPOTHESIS_PROFILE=mutation $(VENV)/bin/mutmut run --max-children 2 || true
 	$(VENV)/bin/mutmut results
 
-## diagram: regenerate docs/state-machine.md from model/
+## diagram: regenerate docs/state-machine.md from model/ (and the explorer's record it renders)
 diagram: $(STAMP)
+	$(PY) -m model.explore --record docs/state-machine.json
 	$(PY) -m model.diagram
+
+## explore: the bounded model checker of model/ on its default bounds (larger: EXPLORE="--depth 9")
+EXPLORE ?=
+explore: $(STAMP)
+	$(PY) -m model.explore $(EXPLORE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
