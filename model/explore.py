@@ -391,7 +391,8 @@ def canonical(world: Snapshot, symmetry: Symmetry, every_ticket: bool = False) -
             _by_appearance((row[1] for row in jobs), symmetry.ids),
             _by_appearance([*(row[9] for row in jobs), *(t[2] for t in tickets)], symmetry.owners),
         )
-        return renaming.state(plain)
+        unchanged = all(k == v for names in renaming for k, v in names.items())
+        return plain if unchanged else renaming.state(plain)
     return min((renaming.state(plain) for renaming in symmetry.renamings), key=repr)
 
 
@@ -458,8 +459,11 @@ def unused_but_one(names: tuple[str, ...], used: Iterable[str | None]) -> tuple[
 def steps(world: Snapshot, bounds: Bounds, symmetric: bool = False) -> Iterator[Step]:
     """Every step from ``world`` within ``bounds``, without faults, in a fixed order.
 
-    With ``symmetric`` (every renaming of ids and of owners is a symmetry), steps that
-    name an unused id or owner are taken for one such name only (``unused_but_one``).
+    The steps that seldom change the world come first (forged and stale tickets, the
+    redrive of a job that is not dead), so that the model they share is rebuilt less
+    often. With ``symmetric`` (every renaming of ids and of owners is a symmetry),
+    steps that name an unused id or owner are taken for one such name only
+    (``unused_but_one``).
     """
     ids, owners = bounds.ids, bounds.owners
     if symmetric:
@@ -468,6 +472,19 @@ def steps(world: Snapshot, bounds: Bounds, symmetric: bool = False) -> Iterator[
             owners,
             [*(job.owner for job in world.jobs.values()), *(t["owner"] for t in world.tickets)],
         )
+    for index, ticket in enumerate(world.tickets):
+        if world.is_live(ticket):
+            for name in TICKET_FIELDS:
+                for outcome in bounds.forged:
+                    yield step("finish_forged", ticket=Held(index), field=name, outcome=outcome)
+    for job_id in ids if len(world.audit) < bounds.redrives else ():
+        for ttl_ms in bounds.ttls:
+            for note in bounds.notes:
+                yield step("redrive", job_id=job_id, ttl_ms=ttl_ms, note_text=note, fail_at=None)
+    for index in range(len(world.tickets)):
+        for outcome in bounds.outcomes:
+            for delay in bounds.delays if outcome == "retry" else (0,):
+                yield step("finish", ticket=Held(index), outcome=outcome, delay=delay, fail_at=None)
     for job_id in ids:
         for qty in bounds.qtys:
             for ttl_ms in bounds.ttls:
@@ -478,18 +495,6 @@ def steps(world: Snapshot, bounds: Bounds, symmetric: bool = False) -> Iterator[
     for owner in owners:
         for lease_ms in bounds.leases:
             yield step("claim", owner=owner, lease_ms=lease_ms, fail_at=None)
-    for index, ticket in enumerate(world.tickets):
-        for outcome in bounds.outcomes:
-            for delay in bounds.delays if outcome == "retry" else (0,):
-                yield step("finish", ticket=Held(index), outcome=outcome, delay=delay, fail_at=None)
-        if world.is_live(ticket):
-            for name in TICKET_FIELDS:
-                for outcome in bounds.forged:
-                    yield step("finish_forged", ticket=Held(index), field=name, outcome=outcome)
-    for job_id in ids if len(world.audit) < bounds.redrives else ():
-        for ttl_ms in bounds.ttls:
-            for note in bounds.notes:
-                yield step("redrive", job_id=job_id, ttl_ms=ttl_ms, note_text=note, fail_at=None)
     # The clock calls no model: one step per time it can move to makes every world it can.
     targets = {world.now}
     for boundary in BOUNDARIES:
@@ -509,10 +514,19 @@ def presented(world: Snapshot, action: Step) -> dict[str, Any] | None:
     return None
 
 
-def perform(queue: QueueModel, world: Snapshot, action: Step, hook: _Hook) -> tuple[Any, int]:
+CLOCK_RULE = "advance_clock_to"
+"""The one rule that moves the clock; it calls no model."""
+
+
+def perform(
+    queue: QueueModel | None, world: Snapshot, action: Step, hook: _Hook
+) -> tuple[Any, int]:
     """Call the model as the lockstep's rule ``action`` does; return its answer and the
-    clock after it (only ``advance_clock_to`` moves it, and it calls no model)."""
+    clock after it (only the clock's rule moves it, with no model: ``queue`` is ``None``)."""
     now = world.now
+    if action.rule == CLOCK_RULE:
+        return None, world.clock_target(action["boundary"], action["offset"])
+    assert queue is not None, f"{action.rule} calls the model"
     ticket = presented(world, action)
     if ticket is not None:
         delay = world.delay_for(action["delay"], ticket) if action.rule == "finish" else 0
@@ -525,13 +539,12 @@ def perform(queue: QueueModel, world: Snapshot, action: Step, hook: _Hook) -> tu
     if action.rule == "redrive":
         answer = queue.redrive(action["job_id"], now, action["ttl_ms"], action["note_text"], hook)
         return answer, now
-    if action.rule == "advance_clock_to":
-        return None, world.clock_target(action["boundary"], action["offset"])
     raise ValueError(f"no rule {action.rule!r}")
 
 
-def attempt(queue: QueueModel, world: Snapshot, action: Step, keep_stale: bool) -> Edge:
-    """Run ``action`` on ``queue`` (which holds ``world``'s rows) and say what happened.
+def attempt(queue: QueueModel | None, world: Snapshot, action: Step, keep_stale: bool) -> Edge:
+    """Run ``action`` on ``queue`` (which holds ``world``'s rows; ``None`` for the clock's
+    rule) and say what happened.
 
     The tickets held after it: each held before that is live before or after the
     step (one stale for a whole step is let go, unless ``keep_stale``), then the one
@@ -549,7 +562,7 @@ def attempt(queue: QueueModel, world: Snapshot, action: Step, keep_stale: bool) 
     issued = None
     if action.rule == "claim" and result[0] == "returned" and result[1] is not None:
         issued = dict(result[1])
-    moved = Snapshot(now, queue.rows(), world.tickets)
+    moved = Snapshot(now, world.rows if queue is None else queue.rows(), world.tickets)
     held = [t for t in world.tickets if keep_stale or world.is_live(t) or moved.is_live(t)]
     after = Snapshot(now, moved.rows, (*held, *([issued] if issued is not None else [])))
     points = tuple(hook.points)
@@ -570,28 +583,42 @@ def successors(
     world: Snapshot, bounds: Bounds, factory: QueueFactory, symmetric: bool = False
 ) -> Iterator[Edge]:
     """Every edge out of ``world``: each step, then the same step failing at each hook
-    point it reached. One model serves every step that leaves its rows unchanged."""
-    queue = factory(world.rows)
-    for action in steps(world, bounds, symmetric):
-        edge = attempt(queue, world, action, bounds.keep_stale)
-        if edge.after.rows != world.rows:
+    point it reached. One model serves every step that leaves its rows unchanged; it is
+    built when a step first calls it, and again after a step changed it."""
+    queue: QueueModel | None = None
+
+    def model_for(action: Step) -> QueueModel | None:
+        nonlocal queue
+        if action.rule == CLOCK_RULE:
+            return None
+        if queue is None:
             queue = factory(world.rows)
+        return queue
+
+    for action in steps(world, bounds, symmetric):
+        edge = attempt(model_for(action), world, action, bounds.keep_stale)
+        if edge.after.rows != world.rows:
+            queue = None
         yield edge
         if not bounds.faults:
             continue
         for point in dict.fromkeys(edge.points):
-            faulted = attempt(queue, world, action.failing_at(point), bounds.keep_stale)
+            faulted = attempt(model_for(action), world, action.failing_at(point), bounds.keep_stale)
             if faulted.after.rows != world.rows:
-                queue = factory(world.rows)
+                queue = None
             yield replace(faulted, unfaulted=edge.after)
 
 
 def edge_from(world: Snapshot, action: Step, bounds: Bounds, factory: QueueFactory) -> Edge:
     """The edge ``action`` makes from ``world`` on a fresh model, as ``successors`` makes it."""
-    edge = attempt(factory(world.rows), world, action, bounds.keep_stale)
+
+    def fresh() -> QueueModel | None:
+        return None if action.rule == CLOCK_RULE else factory(world.rows)
+
+    edge = attempt(fresh(), world, action, bounds.keep_stale)
     if action.fail_at is None:
         return edge
-    plain = attempt(factory(world.rows), world, action.failing_at(None), bounds.keep_stale)
+    plain = attempt(fresh(), world, action.failing_at(None), bounds.keep_stale)
     return replace(edge, unfaulted=plain.after)
 
 
