@@ -18,22 +18,30 @@ Theory of operation:
    boundary among the rows, or one ms beside it, so time is finite without losing
    a boundary). Each hook point a call reaches is a successor too, failing there:
    before COMMIT the model must be left as it was, after COMMIT the write must
-   stay (a point the call never reaches is the call without a fault).
+   stay (a point the call never reaches is the call without a fault). The
+   composite operations are left to the lockstep: a batch is the single calls in
+   one write (``QueueModel``'s rule 6) and ``run_once`` a claim and a finish at a
+   second clock reading, so neither reaches a state the single calls do not.
 3. Worlds are deduplicated by a fingerprint (``canonical``): the tables, the live
-   tickets and every time relative to the clock, under the smallest renaming of
-   ids and owners. Each is sound (see ``fingerprint``, ``Bounds.symmetry`` and
-   ``Bounds.keep_stale``). Each new state keeps the first world found for it,
-   as TLC keeps states, and is expanded from that world.
+   tickets and every time relative to the clock, under a renaming of ids and
+   owners chosen alike for worlds that differ only in names. Each merge is sound:
+   see ``fingerprint`` (times), ``Bounds.symmetry`` (names) and point 4 (stale
+   tickets). Each new state keeps the first world found for it, as TLC keeps
+   states, and is expanded from that world; ``Bounds.depth`` bounds the search.
 4. A ticket is held from its claim until the step after it goes stale, so every
-   stale ticket is presented to ``finish`` once; the lockstep's bundle holds it for
-   ever, but a stale ticket stays stale (its lease is behind the clock for good,
-   or its token below its job's, which never goes down).
-5. Every edge is checked against every ``always`` property and every ``sometimes``
-   goal not yet witnessed (``model.properties``). Breadth first, the first edge
-   that breaks or witnesses a property ends the shortest trace to it; a trace is
-   printed as a runnable program of ``tests/stateful/lockstep.py``'s rules.
-6. The rows are the model's whole state (``QueueModel.from_rows``): one model is
-   built per world expanded, and built again only after a step changed it.
+   stale ticket is presented to ``finish`` once more, but it is not part of the
+   fingerprint: a stale ticket stays stale (its lease is behind the clock for good,
+   or its token below its job's, which never goes down), and each presentation is
+   checked (``only_a_live_ticket_finishes``). ``Bounds.keep_stale`` holds every
+   ticket for ever and fingerprints it, as the lockstep's bundle holds it.
+5. Each edge is checked against every ``always`` property of steps and every
+   ``sometimes`` goal not yet witnessed, each new state against every invariant
+   of states (``model.properties``). Breadth first, the first edge that breaks or
+   witnesses a property ends the shortest trace to it; a trace is printed as a
+   runnable program of ``tests/stateful/lockstep.py``'s rules.
+6. The rows are the model's whole state (``QueueModel.from_rows``): the model a
+   world's steps share is built when a step first calls it, and again only after
+   a step changed it.
 """
 
 from __future__ import annotations
