@@ -238,9 +238,11 @@ UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.to
 
 # finish and finish_many: one compare-and-set UPDATE. A ticket is live only if
 # it matches the row in full and neither the lease nor the job's deadline has
-# passed. The verdict is worker.py's _settlement, as one SQL expression:
-# ok -> done; permanent; a spent budget -> exhausted; a retry due at or after
-# the deadline -> deadline; else retry (pending, available after the delay).
+# passed. ``id = ANY(...)`` offers the planner the rows by id, so that a batch
+# costs its own rows rather than a read of every live lease. The verdict is
+# worker.py's _settlement as one SQL expression: ok -> done; permanent; a spent
+# budget -> exhausted; a retry due at or after the deadline -> deadline; else
+# retry (pending, available after the delay).
 _VERDICT = """CASE WHEN given.outcome = 'ok' THEN 'done'
     WHEN given.outcome = 'permanent' THEN 'permanent'
     WHEN jobs.attempts >= jobs.max_attempts THEN 'exhausted'
@@ -255,7 +257,7 @@ _SETTLE = f"""UPDATE jobs SET
       %(token)s::bigint[], %(attempt)s::integer[], %(lease_until)s::bigint[],
       %(outcome)s::text[], %(delay_ms)s::bigint[])
     AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
-  WHERE jobs.id = given.id AND jobs.status = 'leased'
+  WHERE jobs.id = ANY(%(id)s::text[]) AND jobs.id = given.id AND jobs.status = 'leased'
     AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
     AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
     AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
