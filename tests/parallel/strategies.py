@@ -4,10 +4,12 @@
 three branches of up to eight calls from the lockstep's vocabulary: ``enqueue`` and
 ``enqueue_many`` with colliding ids, ``claim`` and ``claim_many`` (two owners, short
 and long leases), ``finish`` and ``finish_many`` with tickets the branch got earlier and
-stale ones from the prefix, ``redrive``, ``run_once`` with a scripted send, and faults at
+stale ones from the prefix, ``redrive`` (half the time of a job that is or was dead),
+``run_once`` with a scripted send, and faults at
 the hook points. Two race wideners: a hook that pauses inside the transaction (before
 COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
-or right after a delivery.
+or right after a delivery. In a quarter of the programs the second branch mirrors the
+first (the same calls by the other owner), so that every row is contested.
 
 Times are drawn as the lockstep draws them: while drawing, the program so far runs on
 a ``QueueModel`` (the prefix, then the branches in turn), and each branch's clock moves
@@ -86,6 +88,14 @@ class Sketch:
         self.queue = model.QueueModel()
         self.clocks: dict[str, int] = {PREFIX: START_MS}
         self.claims: dict[str, list[tuple[int, int]]] = {PREFIX: []}  # (call index, tickets)
+        self.once_dead: set[str] = set()  # every job the sketch saw dead, for redrives to aim at
+
+    def dead_ids(self) -> list[str]:
+        """The jobs dead now or dead earlier: several branches redriving one of them is
+        the race a redrive must survive."""
+        rows = self.queue.rows()["jobs"]
+        self.once_dead.update(row[1] for row in rows if row[3] == "dead")
+        return sorted(self.once_dead)
 
     def boundaries(self, after: int) -> list[int]:
         """Every boundary among the rows (and one ms either side) not before ``after``."""
@@ -259,10 +269,12 @@ def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
             verb, (("results", items), ("now_ms", now), ("fault", fault_for(draw, verb, in_branch)))
         )
     if verb == "redrive":
+        dead = sketch.dead_ids()
+        job_id = draw(st.sampled_from(dead)) if dead and draw(st.booleans()) else None
         return Call(
             verb,
             (
-                ("job_id", draw(st.sampled_from(IDS))),
+                ("job_id", job_id or draw(st.sampled_from(IDS))),
                 ("now_ms", now),
                 ("ttl_ms", draw(st.sampled_from(TTLS))),
                 ("note", "ops"),
@@ -330,4 +342,29 @@ def programs(
     for lane in lanes:
         if not branches[lane]:  # every call drawn had nothing to work on: a claim does
             branches[lane].append(call_for(draw, sketch, lane, "claim"))  # type: ignore[arg-type]
+    if draw(st.integers(0, 3)) == 3:  # a quarter of the programs: b2 does what b1 does
+        branches["b2"] = [mirrored(call, "b1", "b2") for call in branches["b1"]]
     return Program(tuple(prefix), tuple(tuple(branches[lane]) for lane in lanes))
+
+
+def mirrored(call: Call, source: str, lane: str) -> Call:
+    """``call`` as another courier makes it: the same verb, arguments and times, the
+    other owner, its tickets its own lane's. Two branches making the same calls at the
+    same moments contest every row they touch (qcheck-lin's "the same command in
+    parallel"), the race a redrive or an enqueue must survive."""
+
+    def other(value: Any) -> Any:
+        if isinstance(value, TicketRef):
+            return TicketRef(lane, value.call, value.item) if value.lane == source else value
+        if isinstance(value, list):
+            return [other(item) for item in value]
+        if isinstance(value, dict):
+            return {key: other(item) for key, item in value.items()}
+        return value
+
+    args = []
+    for name, value in call.args:
+        if name == "owner":
+            value = OWNERS[1 - OWNERS.index(value)]
+        args.append((name, other(value)))
+    return Call(call.verb, tuple(args))
