@@ -39,8 +39,8 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any
 
 __all__ = [
     "MAX_NOW_MS",
@@ -93,14 +93,6 @@ MAX_ATTEMPTS = 16
 MAX_DURATION_MS = 60000  # ttl_ms, lease_ms, delay_ms, base_ms and cap_ms
 MAX_BATCH = 1000  # items in one enqueue_many / finish_many, claim_many's limit
 
-# How many of each pending queue's oldest rows a claim reads first (a tuning
-# knob: any value from 1 up claims the same job; see _next_claimable).
-_CLAIM_HEAD_WINDOW = 64
-# The bounds of a seq (SQLite's 64-bit integers): a queue's head read "from
-# _FIRST_SEQ" is the whole queue, "from _LAST_SEQ" at most one row.
-_FIRST_SEQ = -(2**63)
-_LAST_SEQ = 2**63 - 1
-
 EVENT_KEYS = frozenset({"id", "qty"})
 TICKET_KEYS = ("id", "qty", "owner", "token", "attempt", "lease_until")
 RESULT_KEYS = frozenset({"ticket", "outcome", "delay_ms"})
@@ -125,29 +117,29 @@ SCHEMA = (
   id TEXT NOT NULL, token INTEGER NOT NULL, at_ms INTEGER NOT NULL, note TEXT NOT NULL)""",
 )
 
-# Pending rows form two queues, each in seq order: fresh ones (attempts = 0:
-# enqueued or redriven, available at once) and retried ones (available after a
-# backoff), so that a pile of waiting retries never hides the fresh backlog.
+# Claimable rows form three queues, each read in seq order through an index of
+# its own: fresh pending rows (attempts = 0: enqueued or redriven, available at
+# once), retried ones (available after a backoff) and leased ones (claimable once
+# the lease has expired). A pile of waiting retries or running leases never
+# hides the fresh backlog.
 _FRESH = "status = 'pending' AND attempts = 0"
 _RETRIED = "status = 'pending' AND attempts > 0"
-_PENDING_QUEUES = (("fresh", _FRESH), ("retried", _RETRIED))
 
 # Partial indexes over the live rows (pending, leased) only, so that claim costs
 # the same with a million rows of done/dead history as with none. Each index
 # serves the statements named above it; a file without them still works, only
-# slower.
+# slower. A file made by an earlier open_queue may also hold
+# jobs_fresh_by_available_at and jobs_retried_by_available_at, which no statement
+# reads any more; they are left as they are.
 INDEXES = (
-    # _SELECT_CLAIMABLE and _lowest_due: each pending queue in seq order ...
+    # _SELECT_CLAIMABLE: each queue in seq order ...
     f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
   ON jobs(seq, available_at) WHERE {_FRESH}""",
     f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_seq
   ON jobs(seq, available_at) WHERE {_RETRIED}""",
-    # ... its due rows by time (_LOWEST_OF_FEW_DUE) ...
-    f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_available_at
-  ON jobs(available_at) WHERE {_FRESH}""",
-    f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
-  ON jobs(available_at) WHERE {_RETRIED}""",
-    # ... and expired leases; also _QUARANTINE_EXHAUSTED_LEASED.
+    """CREATE INDEX IF NOT EXISTS jobs_leased_by_seq
+  ON jobs(seq, lease_until) WHERE status = 'leased'""",
+    # ... and whether any lease has expired.
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs(lease_until) WHERE status = 'leased'""",
     # _QUARANTINE_DEADLINE.
@@ -156,6 +148,9 @@ INDEXES = (
     # _QUARANTINE_EXHAUSTED_PENDING: empty unless a row was written by someone else.
     """CREATE INDEX IF NOT EXISTS jobs_pending_spent
   ON jobs(seq) WHERE status = 'pending' AND attempts >= max_attempts""",
+    # _QUARANTINE_EXHAUSTED_LEASED: leases on their last attempt, by time.
+    """CREATE INDEX IF NOT EXISTS jobs_leased_spent
+  ON jobs(lease_until) WHERE status = 'leased' AND attempts >= max_attempts""",
 )
 
 _SELECT_QTY = "SELECT qty FROM jobs WHERE id = ?"
@@ -182,50 +177,26 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
   WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"""
 
 # Claimable rows are "pending and due" or "leased with an expired lease"; the
-# lowest seq wins. In each pending queue the first due row is almost always
-# among its oldest :window rows (_CLAIM_HEAD_WINDOW), so _SELECT_CLAIMABLE reads
-# the head of each queue and the oldest expired lease, and returns the row of
-# the lowest seq found and, for each queue, whether its head was full and all
-# waiting; only then does _lowest_due search that queue further. A queue's head
-# starts at :fresh_from or :retried_from: below it every row of that queue is
-# known to be waiting (_FIRST_SEQ when nothing is known). ``+seq`` keeps the
-# planner on the time indexes.
-
-# The lowest due seq among a queue's oldest :window rows from :<queue>_from on.
-_FIRST_DUE_IN_HEAD = {
-    queue: f"""SELECT min(seq) FROM (
-    SELECT seq, available_at FROM jobs WHERE {where} AND seq >= :{queue}_from
-    ORDER BY seq LIMIT :window)
-  WHERE available_at <= :now"""
-    for queue, where in _PENDING_QUEUES
-}
-# Whether the queue has at least :window rows from :<queue>_from on.
-_HEAD_IS_FULL = {
-    queue: f"""SELECT count(*) = :window FROM (
-    SELECT 1 FROM jobs WHERE {where} AND seq >= :{queue}_from LIMIT :window)"""
-    for queue, where in _PENDING_QUEUES
-}
-_SELECT_CLAIMABLE = f"""SELECT
-    CASE WHEN heads.fresh IS NULL THEN ({_HEAD_IS_FULL["fresh"]}) END,
-    CASE WHEN heads.retried IS NULL THEN ({_HEAD_IS_FULL["retried"]}) END,
-    jobs.seq, jobs.id, jobs.qty, jobs.attempts, jobs.token, jobs.deadline
-  FROM (SELECT
-      ({_FIRST_DUE_IN_HEAD["fresh"]}) AS fresh,
-      ({_FIRST_DUE_IN_HEAD["retried"]}) AS retried,
-      (SELECT min(+seq) FROM jobs WHERE status = 'leased' AND lease_until <= :now) AS expired
-    ) AS heads
-  LEFT JOIN jobs ON jobs.seq = (
-    SELECT min(seq) FROM (SELECT fresh AS seq UNION ALL SELECT retried UNION ALL SELECT expired))"""
-
-# The lowest seq and the number of a queue's first :window due rows by time
-# (all of them, when fewer than :window are due).
-_LOWEST_OF_FEW_DUE = {
-    queue: f"""SELECT min(seq), count(*) FROM (
-    SELECT +seq AS seq FROM jobs WHERE {where} AND available_at <= :now LIMIT :window)"""
-    for queue, where in _PENDING_QUEUES
-}
-
-_SELECT_JOB = "SELECT seq, id, qty, attempts, token, deadline FROM jobs WHERE seq = ?"
+# lowest seq wins. Each queue is read from its oldest row up to its first
+# :limit claimable ones, and the lowest :limit of the three are the answer, in
+# seq order. With one clock, a fresh job is due from its enqueue on, so the
+# fresh queue's first row is the one; the retries and the leases ahead of the
+# first claimable one are the few still in their backoff or their lease. The
+# leased queue is read only when some lease has expired (by time, one index
+# entry): running leases ahead of none are not read at all. ``+`` keeps the
+# planner on the seq indexes.
+_SELECT_CLAIMABLE = f"""SELECT seq, id, qty, attempts, token, deadline FROM (
+    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
+      WHERE {_FRESH} AND +available_at <= :now ORDER BY seq LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
+      WHERE {_RETRIED} AND +available_at <= :now ORDER BY seq LIMIT :limit)
+    UNION ALL
+    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
+      WHERE status = 'leased' AND +lease_until <= :now ORDER BY seq
+      LIMIT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE status = 'leased' AND lease_until <= :now)
+        THEN :limit ELSE 0 END))
+  ORDER BY seq LIMIT :limit"""
 
 _LEASE = """UPDATE jobs
   SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
@@ -447,12 +418,6 @@ def _row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...] | No
     return row
 
 
-def _only_row(con: sqlite3.Connection, sql: str, params: Any) -> tuple[Any, ...]:
-    """Fetch the row that ``sql`` always yields: an aggregate, or a row found
-    earlier in the same transaction."""
-    return cast(tuple[Any, ...], _row(con, sql, params))
-
-
 # --- 1. retry_delay ------------------------------------------------------------
 
 
@@ -605,7 +570,7 @@ def claim(
     fault = _optional_hook(fault)
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
-        ticket = _lease_next(con, owner, now_ms, lease_ms, _nothing_known())
+        ticket = _lease_next(con, owner, now_ms, lease_ms)
         if ticket is None:
             return None
         hooks.reached("after-claim")
@@ -641,11 +606,8 @@ def claim_many(
     tickets: list[dict[str, Any]] = []
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
-        starts = _nothing_known()  # what one search learns, the next one skips
-        while len(tickets) < limit:
-            ticket = _lease_next(con, owner, now_ms, lease_ms, starts)
-            if ticket is None:
-                break
+        for job in _claimable(con, now_ms, limit):
+            ticket = _lease(con, owner, now_ms, lease_ms, job)
             tickets.append(ticket)
         if tickets:
             hooks.reached("after-claim")
@@ -661,12 +623,36 @@ def _quarantine(con: sqlite3.Connection, now_ms: int) -> None:
 
 
 def _lease_next(
-    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int, starts: dict[str, int]
+    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int
 ) -> dict[str, Any] | None:
     """Steps 2-3 of a claim: lease the lowest-seq claimable job; its ticket or ``None``."""
-    job = _next_claimable(con, now_ms, starts)
-    if job is None:
-        return None
+    jobs = _claimable(con, now_ms, 1)
+    return _lease(con, owner, now_ms, lease_ms, jobs[0]) if jobs else None
+
+
+def _claimable(con: sqlite3.Connection, now_ms: int, limit: int) -> list[tuple[Any, ...]]:
+    """The rows (seq, id, qty, attempts, token, deadline) of the ``limit`` lowest-seq
+    jobs that are pending with ``available_at <= now_ms`` or leased with
+    ``lease_until <= now_ms``, in seq order.
+
+    Leasing them in turn is claiming ``limit`` times at ``now_ms``: after the
+    quarantine every claimable job's deadline is later than ``now_ms``, so a lease
+    takes its job out of the claimable ones and changes no other row.
+    """
+    cursor = con.cursor()
+    cursor.row_factory = None
+    rows: list[tuple[Any, ...]] = cursor.execute(
+        _SELECT_CLAIMABLE, {"now": now_ms, "limit": limit}
+    ).fetchall()
+    cursor.close()
+    return rows
+
+
+def _lease(
+    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int, job: tuple[Any, ...]
+) -> dict[str, Any]:
+    """Step 3 of a claim: lease the claimable ``job`` (a row of ``_claimable``) to
+    ``owner``; its ticket."""
     seq, job_id, qty, attempts, token, deadline = job
     ticket = {
         "id": job_id,
@@ -678,72 +664,6 @@ def _lease_next(
     }
     con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
     return ticket
-
-
-def _nothing_known() -> dict[str, int]:
-    """The ``starts`` of a first search: no row of either pending queue known waiting."""
-    return {queue: _FIRST_SEQ for queue, _ in _PENDING_QUEUES}
-
-
-def _next_claimable(
-    con: sqlite3.Connection, now_ms: int, starts: dict[str, int]
-) -> Sequence[Any] | None:
-    """The row (seq, id, qty, attempts, token, deadline) of the lowest-seq job that
-    is pending with ``available_at <= now_ms`` or leased with ``lease_until <=
-    now_ms``; ``None`` if there is none.
-
-    ``starts`` maps each pending queue to a seq below which every row of that
-    queue is known to be waiting at ``now_ms``. A deeper search raises it to
-    what it found, so that the next search in the same transaction
-    (``claim_many``) does not read those waiting rows again. That stays true
-    until the transaction ends: at a fixed ``now_ms`` no row turns due, and a
-    lease only takes a row out of its queue.
-    """
-    window = _CLAIM_HEAD_WINDOW
-    params = {"now": now_ms, "window": window, **_head_starts(starts)}
-    fresh_head_waits, retried_head_waits, *job = _only_row(con, _SELECT_CLAIMABLE, params)
-    lowest = job[0]
-    if not (fresh_head_waits or retried_head_waits):  # the common case
-        return None if lowest is None else job
-    for queue, head_waits in (("fresh", fresh_head_waits), ("retried", retried_head_waits)):
-        if head_waits:
-            deeper = _lowest_due(con, queue, now_ms, window, starts[queue])
-            starts[queue] = _LAST_SEQ if deeper is None else deeper
-            if deeper is not None and (lowest is None or deeper < lowest):
-                lowest = deeper
-    if lowest is None:
-        return None
-    return job if lowest == job[0] else _only_row(con, _SELECT_JOB, (lowest,))
-
-
-def _head_starts(starts: dict[str, int]) -> dict[str, int]:
-    """``starts`` as the statements' parameters ``:fresh_from`` and ``:retried_from``."""
-    return {f"{queue}_from": start for queue, start in starts.items()}
-
-
-def _lowest_due(
-    con: sqlite3.Connection, queue: str, now_ms: int, window: int, start: int
-) -> int | None:
-    """The lowest seq of a due row of ``queue`` (``"fresh"`` or ``"retried"``), whose
-    rows below ``start`` and oldest ``window`` rows from ``start`` on are known to
-    be all waiting; ``None`` if none is due.
-
-    Two searches give the answer, each alone in time proportional to what it
-    reads: the head of the queue in seq order from ``start`` (up to the first
-    due row), or every due row by time. Both run on windows four times larger
-    each round, so the cost follows the smaller of the two: the waiting rows
-    ahead of the first due one, or the due rows.
-    """
-    while True:
-        window *= 4
-        params = {"now": now_ms, "window": window, f"{queue}_from": start}
-        lowest: int | None
-        lowest, due = _only_row(con, _LOWEST_OF_FEW_DUE[queue], params)
-        if due < window:
-            return lowest  # every due row was read
-        (lowest,) = _only_row(con, _FIRST_DUE_IN_HEAD[queue], params)
-        if lowest is not None:
-            return lowest
 
 
 # --- 5. finish -----------------------------------------------------------------

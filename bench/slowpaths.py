@@ -28,12 +28,23 @@ cycle: claim then finish ``ok``, p50 over ``cycles`` cycles under ``synchronous=
 and, for the statements' own cost, with ``synchronous=OFF`` (not durable; analysis
 only). Between the two, ``BATCHES`` batches of ``BATCH_SIZE`` (``claim_many`` then
 ``finish_many``, under FULL) show what the state costs a batch: the median batch, in ms.
+
+Run alone, it prints each case's small and large size side by side, with the ratio
+large/small of the claim+finish p50 (with and without syncs) and of the batch (one
+run, one folder)::
+
+    python -m bench.slowpaths                          # every case, as make bench runs it
+    python -m bench.slowpaths --case expired-leases    # one case (repeat --case for more)
+    python -m bench.slowpaths --cycles 30 --scale 0.1  # shorter, smaller
 """
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
+import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,12 +161,16 @@ def _batches(con: sqlite3.Connection, first: int) -> list[float]:
     return samples
 
 
-def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dict[str, Any]]:
-    """p50 of claim+finish for each case at its small and its large size (times ``scale``),
-    and the median batch."""
+def measure_slowpaths(
+    folder: Path, cycles: int, scale: float = 1.0, cases: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """p50 of claim+finish for each case (of ``cases``; all when empty) at its small and
+    its large size (times ``scale``), and the median batch."""
     results = []
     consumed = 2 * cycles + BATCHES * BATCH_SIZE  # due jobs the timed work takes
     for case, what, sizes in CASES:
+        if cases and case not in cases:
+            continue
         for size in (int(size * scale) for size in sizes):
             if case != "last-attempt-leases":
                 size = max(size, consumed)
@@ -184,3 +199,45 @@ def measure_slowpaths(folder: Path, cycles: int, scale: float = 1.0) -> list[dic
                 }
             )
     return results
+
+
+def side_by_side(results: Sequence[dict[str, Any]]) -> list[str]:
+    """Each case's small and large size on one line, with the ratios large/small (the
+    p50 with no sync is the statements' own cost, which a busy disk does not blur)."""
+    lines = [
+        "| case | sizes | claim+finish p50 ms | ratio | with no sync | ratio"
+        " | batch of 64 ms | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case, _, _ in CASES:
+        sizes = [entry for entry in results if entry["case"] == case]
+        if not sizes:
+            continue
+        small, large = sizes[0], sizes[-1]
+        lines.append(
+            f"| `{case}` | {small['size']:,} / {large['size']:,}"
+            f" | {small['p50_ms']:.2f} / {large['p50_ms']:.2f}"
+            f" | {large['p50_ms'] / small['p50_ms']:.2f}x"
+            f" | {small['off_p50_ms']:.3f} / {large['off_p50_ms']:.3f}"
+            f" | {large['off_p50_ms'] / small['off_p50_ms']:.2f}x"
+            f" | {small['batch_p50_ms']:.1f} / {large['batch_p50_ms']:.1f}"
+            f" | {large['batch_p50_ms'] / small['batch_p50_ms']:.2f}x |"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    names = [case for case, _, _ in CASES]
+    parser.add_argument("--case", action="append", choices=names, default=[])
+    parser.add_argument("--cycles", type=int, default=100, help="timed cycles per file")
+    parser.add_argument("--scale", type=float, default=1.0, help="sizes times this")
+    parser.add_argument("--dir", type=Path, default=None, help="folder for the files (not tmpfs)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="slowpaths-", dir=args.dir) as folder:
+        results = measure_slowpaths(Path(folder), args.cycles, args.scale, args.case)
+    print("\n".join(side_by_side(results)))
+
+
+if __name__ == "__main__":
+    main()

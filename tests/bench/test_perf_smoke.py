@@ -127,6 +127,23 @@ def test_slowpaths_time_both_sizes_of_each_case(quick_run: tuple[dict[str, Any],
         assert entry["p50_ms"] > 0 and entry["off_p50_ms"] > 0 and entry["batch_p50_ms"] > 0
 
 
+def test_slowpaths_alone_prints_each_case_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m bench.slowpaths --case ...``: one line per case asked for, both sizes
+    of one run and their ratio."""
+    slowpaths.main(["--case", "expired-leases", "--cycles", "3", "--scale", "0.01"])
+    slowpaths.main(
+        ["--dir", str(tmp_path), "--case", "future-fresh", "--cycles", "3", "--scale", "0.01"]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    cases = [line.split(" | ")[0] for line in lines if line.startswith("| `")]
+    assert cases == ["| `expired-leases`", "| `future-fresh`"]
+    small, large = (float(x) for x in lines[2].split(" | ")[2].split(" / "))
+    assert lines[2].split(" | ")[3] == f"{large / small:.2f}x"
+    assert list(tmp_path.iterdir()) == [], "the files are removed"
+
+
 def test_couriers_report_cycles_and_lock_counts(quick_run: tuple[dict[str, Any], Path]) -> None:
     section = quick_run[0]["couriers"]
     assert [entry["processes"] for entry in section["results"]] == [1, 2]

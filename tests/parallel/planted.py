@@ -48,7 +48,7 @@ _FINISH_TXN = """    with _write_transaction(con, fault) as hooks:
 
 _CLAIM_TXN = """    with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
-        ticket = _lease_next(con, owner, now_ms, lease_ms, _nothing_known())
+        ticket = _lease_next(con, owner, now_ms, lease_ms)
         if ticket is None:
             return None
         hooks.reached("after-claim")
@@ -84,24 +84,13 @@ PLANTS = (
                 _CLAIM_TXN,
                 """    with _write_transaction(con):
         _quarantine(con, now_ms)
-        job = _next_claimable(con, now_ms, _nothing_known())
-    if job is None:
+        jobs = _claimable(con, now_ms, 1)
+    if not jobs:
         return None
     with _write_transaction(con, fault) as hooks:
-        ticket = _lease_job(con, owner, now_ms, lease_ms, job)
+        ticket = _lease(con, owner, now_ms, lease_ms, jobs[0])
         hooks.reached("after-claim")
     return ticket""",
-            ),
-            (
-                "    job = _next_claimable(con, now_ms, starts)\n    if job is None:\n"
-                "        return None\n    seq, job_id",
-                "    job = _next_claimable(con, now_ms, starts)\n    if job is None:\n"
-                "        return None\n"
-                "    return _lease_job(con, owner, now_ms, lease_ms, job)\n\n\n"
-                "def _lease_job(\n"
-                "    con: Any, owner: str, now_ms: int, lease_ms: int, job: Any\n"
-                ") -> Any:\n"
-                "    seq, job_id",
             ),
         ),
     ),
@@ -136,7 +125,7 @@ PLANTS = (
     _now_ms("now_ms", claimed_at)
     with _write_transaction(con):
         _quarantine(con, claimed_at)
-        ticket = _lease_next(con, owner, claimed_at, lease_ms, _nothing_known())
+        ticket = _lease_next(con, owner, claimed_at, lease_ms)
         if ticket is None:
             return None
         outcome, delay_ms = _deliver(send, ticket, jitter)""",
