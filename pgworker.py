@@ -219,12 +219,15 @@ _SEARCH = {
     ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
     for queue, where in _SEARCHES
 }
-# Steps 2 and 3: the lowest :limit claimable seqs of the three searches, leased.
+# The quarantine updates the very row versions its search locked (by ctid: a TID
+# scan, never a join with the whole table, whatever the planner guesses of how
+# many rows are due for quarantine). Steps 2 and 3: the lowest :limit claimable
+# seqs of the three searches, leased.
 _CLAIM = f"""WITH quarantined AS (
     UPDATE jobs SET status = 'dead',
       reason = CASE WHEN deadline <= %(now)s THEN 'deadline' ELSE 'exhausted' END,
       owner = NULL, lease_until = NULL
-    WHERE seq IN (SELECT seq FROM jobs WHERE {_QUARANTINABLE} FOR UPDATE SKIP LOCKED)),
+    WHERE ctid = ANY(ARRAY(SELECT ctid FROM jobs WHERE {_QUARANTINABLE} FOR UPDATE SKIP LOCKED))),
   fresh AS ({_SEARCH["fresh"]}),
   retried AS ({_SEARCH["retried"]}),
   expired AS ({_SEARCH["expired"]}),
