@@ -78,7 +78,7 @@ passed.
 
 
 EXPLORED = """\
-`python -m model.explore` ([`model/explore.py`](../model/explore.py), `make explore`) visits
+`python -m model.explore` ([`model/explore/`](../model/explore/), `make explore`) visits
 every state the model can reach from the empty queue within the bounds below, breadth first,
 as TLC does for a TLA+ specification and Stateright for a Rust model. Every step of the
 lockstep machine's vocabulary ([`tests/stateful/lockstep.py`](../tests/stateful/lockstep.py)),

@@ -31,7 +31,7 @@ from model.explore import (
     step,
     steps,
 )
-from model.rules import MAX_TIME_MS
+from model.rules import MAX_TIME_MS, TICKET
 from tests.stateful import strategies
 from tests.stateful.lockstep import QueueLockstep
 from tests.support import JOB_COLUMNS, MAX_NOW, REDRIVE_COLUMNS
@@ -72,8 +72,16 @@ def test_the_copied_constants_are_the_lockstep_s() -> None:
         {"id": "b", "qty": 2, "owner": "c2", "token": 7, "attempt": 16, "lease_until": 9},
     ],
 )
-def test_forged_is_the_lockstep_s_rule(ticket: dict[str, Any], field: str) -> None:
-    assert forged(ticket, field) == strategies.forged(ticket, field)
+def test_forged_differs_in_its_field_alone_and_is_well_formed(
+    ticket: dict[str, Any], field: str
+) -> None:
+    fake = forged(ticket, field)
+    assert [name for name in TICKET_FIELDS if fake[name] != ticket[name]] == [field]
+    assert TICKET.accepts(fake, {}), f"{fake} is not a well-formed ticket"
+
+
+def test_the_lockstep_forges_with_the_model_s_rule() -> None:
+    assert strategies.forged is forged  # one home: tests/stateful imports it from the model
 
 
 def test_every_step_is_a_lockstep_rule_with_its_parameters() -> None:
@@ -196,7 +204,7 @@ def test_holding_every_stale_ticket_finds_the_same() -> None:
 
 def test_absolute_times_find_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without relative times (every time as it is) the search finds the same, slower."""
-    import model.explore
+    import model.explore.state
 
     def absolute(world: Snapshot, every_ticket: bool = False) -> Any:
         tickets = tuple(
@@ -206,7 +214,7 @@ def test_absolute_times_find_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
         return (tuple(rows["jobs"]), tuple(rows["redrives"]), tickets, ((world.now,),))
 
     default = explore(SMALL)
-    monkeypatch.setattr(model.explore, "fingerprint", absolute)
+    monkeypatch.setattr(model.explore.state, "fingerprint", absolute)
     plain = explore(SMALL)
     assert plain.distinct > default.distinct
     assert verdicts(plain) == verdicts(default)

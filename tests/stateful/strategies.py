@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from hypothesis import strategies as st
 
 import worker
+from model.explore import forged as forged  # a ticket differing in one field: the model's rule
 from tests.support import MAX_NOW as MAX_NOW  # the lockstep clock's bound, drawn here too
 from tests.support import DictSubclass, IntSubclass, StrSubclass
 
@@ -354,19 +355,6 @@ def calls_with(con: object, now: int) -> dict[str, Callable[[], object]]:
 
 
 DB_FUNCTIONS = sorted(calls_with(None, 0))
-
-
-def forged(ticket: dict[str, Any], field: str) -> dict[str, Any]:
-    """A well-formed ticket that differs from ``ticket`` in one field."""
-    change: dict[str, Any] = {
-        "id": "b" if ticket["id"] != "b" else "a",
-        "qty": ticket["qty"] % 2 + 1,
-        "owner": "c2" if ticket["owner"] != "c2" else "c1",
-        "token": ticket["token"] + 1,
-        "attempt": ticket["attempt"] % 16 + 1,
-        "lease_until": ticket["lease_until"] + 1,
-    }
-    return {**ticket, field: change[field]}
 
 
 def place(arguments: dict[str, Any], path: str, value: object) -> None:
