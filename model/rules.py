@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, cast
 
+# The limits and the outcomes: a deliberate copy of the contract's rules, independent of
+# worker.py (the model must not trust the code it checks).
 MAX_TIME_MS: Final = 10**15 - 60000
 MAX_TOKEN: Final = 10**15
 MAX_LEASE_UNTIL: Final = 10**15
@@ -68,6 +70,8 @@ class Int(Rule):
 class Identifier(Rule):
     """An exact ``str`` of 1-64 ASCII letters, digits, ``_`` or ``-``."""
 
+    # A deliberate copy of the contract's rule, independent of worker.py (the model must
+    # not trust the code it checks).
     pattern: re.Pattern[str] = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
     def accepts(self, value: object, arguments: Mapping[str, object]) -> bool:
@@ -161,6 +165,8 @@ class Batch(Rule):
 IDENTIFIER: Final = Identifier()
 TIME: Final = Int(0, MAX_TIME_MS)
 DURATION: Final = Int(1, MAX_DURATION_MS)
+# The ranges of qty and of attempts: a deliberate copy of the contract's rules,
+# independent of worker.py (the model must not trust the code it checks).
 QTY: Final = Int(1, 1000)
 ATTEMPTS: Final = Int(1, 16)
 
