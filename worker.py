@@ -129,8 +129,7 @@ _RETRIED = "status = 'pending' AND attempts > 0"
 # the same with a million rows of done/dead history as with none. Each index
 # serves the statements named above it; a file without them still works, only
 # slower. A file made by an earlier open_queue may also hold
-# jobs_fresh_by_available_at and jobs_retried_by_available_at, which no statement
-# reads any more; they are left as they are.
+# jobs_fresh_by_available_at, which no statement reads any more; it is left as it is.
 INDEXES = (
     # _SELECT_CLAIMABLE: each queue in seq order ...
     f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
@@ -139,7 +138,9 @@ INDEXES = (
   ON jobs(seq, available_at) WHERE {_RETRIED}""",
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_seq
   ON jobs(seq, lease_until) WHERE status = 'leased'""",
-    # ... and whether any lease has expired.
+    # ... and whether any retry or lease is due, by time.
+    f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
+  ON jobs(available_at) WHERE {_RETRIED}""",
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs(lease_until) WHERE status = 'leased'""",
     # _QUARANTINE_DEADLINE.
@@ -182,15 +183,18 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
 # seq order. With one clock, a fresh job is due from its enqueue on, so the
 # fresh queue's first row is the one; the retries and the leases ahead of the
 # first claimable one are the few still in their backoff or their lease. The
-# leased queue is read only when some lease has expired (by time, one index
-# entry): running leases ahead of none are not read at all. ``+`` keeps the
-# planner on the seq indexes.
+# retried and the leased queue are read only when one of their rows is due (by
+# time, one index entry; a LIMIT of 0 reads nothing): a pile of waiting retries
+# or running leases is not read at all. ``+`` keeps the planner on the seq
+# indexes.
 _SELECT_CLAIMABLE = f"""SELECT seq, id, qty, attempts, token, deadline FROM (
     SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
       WHERE {_FRESH} AND +available_at <= :now ORDER BY seq LIMIT :limit)
     UNION ALL
     SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
-      WHERE {_RETRIED} AND +available_at <= :now ORDER BY seq LIMIT :limit)
+      WHERE {_RETRIED} AND +available_at <= :now ORDER BY seq
+      LIMIT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {_RETRIED} AND available_at <= :now)
+        THEN :limit ELSE 0 END)
     UNION ALL
     SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
       WHERE status = 'leased' AND +lease_until <= :now ORDER BY seq

@@ -24,6 +24,7 @@ INDEX_NAMES = [
     "jobs_leased_spent",
     "jobs_live_by_deadline",
     "jobs_pending_spent",
+    "jobs_retried_by_available_at",
     "jobs_retried_by_seq",
 ]
 # What open_queue created before the search read each queue in seq order only.
