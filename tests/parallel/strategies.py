@@ -4,7 +4,8 @@
 three branches of up to eight calls from the lockstep's vocabulary: ``enqueue`` and
 ``enqueue_many`` with colliding ids, ``claim`` and ``claim_many`` (two owners, short
 and long leases), ``finish`` and ``finish_many`` with tickets the branch got earlier and
-stale ones from the prefix, ``redrive`` (half the time of a job that is or was dead),
+stale ones from the prefix, ``redrive`` (more often once a job has died, and half the
+time of a job that is or was dead: operators redrive what they see dead),
 ``run_once`` with a scripted send, and faults at
 the hook points. Two race wideners: a hook that pauses inside the transaction (before
 COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
@@ -335,7 +336,8 @@ def programs(
         for lane in lanes:
             if step >= lengths[lane]:
                 continue
-            call = call_for(draw, sketch, lane, draw(st.sampled_from(BRANCH_VERBS)))
+            verbs = BRANCH_VERBS + (("redrive",) * 2 if sketch.dead_ids() else ())
+            call = call_for(draw, sketch, lane, draw(st.sampled_from(verbs)))
             if call is not None:
                 sketch.apply(lane, len(branches[lane]), call)
                 branches[lane].append(call)

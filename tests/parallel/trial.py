@@ -4,12 +4,13 @@ A program that fails once is a bug, whatever the other runs did. While hypothesi
 still looking, each program runs once (a race found by chance is found all the same);
 once a failure has been seen in the test, hypothesis is shrinking, and each candidate
 runs ``repeats`` times and counts as failing if any run failed. So a shrunk program
-keeps only what makes it fail within that many runs. A program that failed stays
-failed: when hypothesis runs it again (it replays every failure to confirm it, and the
-final one to report it), the recorded trial is its answer, so a race seen once is never
-reported as "flaky". Every failing program is run ``repeats`` times in all, and the
-report says how often it failed ("7 of 10 runs"), with the timeline of its first
-failing run.
+keeps only what makes it fail within that many runs. A program's first trial is its
+answer for the rest of the test: when hypothesis meets it again (it replays every failure
+to confirm it and the final one to report it, and a shrink may land on a program it ran
+before), the recorded trial comes back, so hypothesis never sees one program both pass
+and fail and never reports a race as "flaky". Every failing program is run ``repeats``
+times in all, and the report says how often it failed ("7 of 10 runs"), with the
+timeline of its first failing run.
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ class Trials:
         self.shrinking = False
         self.programs = 0
         self.calls = 0
-        self.failed: dict[str, Trial] = {}
+        self.trials: dict[str, Trial] = {}
 
     def attempt(self, program: Program) -> Trial:
-        """Run ``program`` (see the module docstring); a program that failed before
-        gets its recorded trial back."""
-        known = self.failed.get(describe(program))
+        """Run ``program`` (see the module docstring); a program met before gets its
+        recorded trial back."""
+        key = describe(program)
+        known = self.trials.get(key)
         if known is not None:
             return known
         trial = Trial(program)
@@ -85,7 +87,7 @@ class Trials:
                 trial.unknown += 1
         if trial.failed:
             self.shrinking = True
-            self.failed[describe(program)] = trial
+        self.trials[key] = trial
         return trial
 
 
