@@ -45,18 +45,19 @@ _MODES = {
 # with its size needs nothing.
 _ADVICE = {
     "ahead-and-due": "as many jobs enqueued ahead (a producer's clock runs fast) as due jobs "
-    "behind them: each claim searches past them. Keep producers and couriers on the one "
-    "time base the contract asks for; with such a backlog, claim with `claim_many`, which "
-    "pays the search once per batch.",
-    "expired-leases": "a courier died holding many leases: every claim reads every expired "
-    "lease until all are claimed again, and a batch does so for each job it takes. Let a "
-    "courier lease no more jobs than it can finish within one lease, and drain such a "
-    "backlog in small batches: a large one holds the write lock past the others' busy "
-    "timeout.",
+    "behind them: each claim reads past them in seq order. Keep producers and couriers on "
+    "the one time base the contract asks for; with such a backlog, claim with `claim_many`, "
+    "which reads past them once per batch.",
+    "expired-leases": "a courier died holding many leases: the claims take them first, "
+    "oldest first. Let a courier lease no more jobs than it can finish within one lease, and "
+    "drain such a backlog in small batches: a large one holds the write lock past the "
+    "others' busy timeout.",
 }
 _FLAT = (
-    "flat, nothing to do: each pending queue (fresh, retried) and the leases have their own "
-    "partial index, and a claim searches past a waiting head in windows that grow fourfold."
+    "flat, nothing to do: each queue of claimable rows (fresh, retried, leased) has a partial "
+    "index in seq order, and one statement reads each from its oldest row to its first "
+    "claimable ones (the retries and the leases only when one is due); the quarantine of "
+    "spent budgets reads only leases on their last attempt."
 )
 # The paragraph before each section's table.
 _INTROS = {
@@ -385,6 +386,13 @@ def _couriers(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _growth(large: object, small: object) -> str:
+    """``large / small`` as ``1.03x``; ``-`` when either is missing."""
+    if not isinstance(large, int | float) or not isinstance(small, int | float) or not small:
+        return "-"
+    return f"{large / small:.2f}x"
+
+
 def _slow_states(results: dict[str, Any]) -> list[str]:
     by_case: dict[str, list[dict[str, Any]]] = {}
     for entry in results.get("slowpaths", []):
@@ -403,14 +411,17 @@ def _slow_states(results: dict[str, Any]) -> list[str]:
                 small["grows_with"],
                 f"{small['size']:,} / {large['size']:,}",
                 f"{_fmt(small['p50_ms'], 2)} / {_fmt(large['p50_ms'], 2)}",
+                _growth(large["p50_ms"], small["p50_ms"]),
                 f"{_fmt(small.get('batch_p50_ms'), 1)} / {_fmt(large.get('batch_p50_ms'), 1)}",
+                _growth(large.get("batch_p50_ms"), small.get("batch_p50_ms")),
                 "**grows**" if grows else "flat",
             ]
         )
     if flat:
         advice = _para(f"- {', '.join(flat)}: {_FLAT}") + advice
     size = next(iter(by_case.values()))[0].get("batch_size", "?") if by_case else "?"
-    header = ["state", "what grows", "how many", "claim+finish p50 ms", f"batch of {size} ms"]
+    header = ["state", "what grows", "how many", "claim+finish p50 ms", "large/small"]
+    header += [f"batch of {size} ms", "large/small"]
     table = _table([*header, "verdict"], rows)
     return [*_section("Slow states, and what to do about them", table), "", *advice]
 
