@@ -9,8 +9,11 @@ settings, and that the page cannot drift from its record.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +28,30 @@ PHASES = ("enqueue", "claim", "finish", "enqueue_many", "claim_many", "finish_ma
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    """One ``python -m bench.postgres --quick`` run in a child: its JSON and its stdout."""
-    folder = tmp_path_factory.mktemp("bench-postgres")
-    out = folder / "postgres.json"
-    argv = [sys.executable, "-m", "bench.postgres", "--quick", "--dir", str(folder)]
-    done = subprocess.run(
-        [*argv, "--json", str(out)],
-        cwd=project_root(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(out.read_text(encoding="utf-8")), done.stdout
+def quick_run() -> Iterator[tuple[dict[str, Any], str]]:
+    """One ``python -m bench.postgres --quick`` run in a child: its JSON and its stdout.
+
+    Its folder is the bench's own kind (under /var/tmp, on a disk), not pytest's
+    tmp_path: as root the server runs as a user of its own, which must reach its data
+    folder, and pytest makes /tmp/pytest-of-<user> private again at the start of every
+    session (so another pytest on the machine would cut the server off mid-run).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="bench-postgres-smoke-", dir="/var/tmp"))
+    try:
+        out = folder / "postgres.json"
+        argv = [sys.executable, "-m", "bench.postgres", "--quick", "--dir", str(folder)]
+        done = subprocess.run(
+            [*argv, "--json", str(out)],
+            cwd=project_root(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        yield json.loads(out.read_text(encoding="utf-8")), done.stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_both_backends_ran_every_call_under_their_durable_settings(
