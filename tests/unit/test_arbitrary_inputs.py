@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 
 import pgworker
 import worker
-from bench import soak
+from chaos import operator
 from courier import cli, queueview, receiver
 from model.rules import ARGUMENT_RULES, MAX_TIME_MS
 from tests.support import (
@@ -598,7 +598,7 @@ def test_a_pathlike_that_returns_no_path_is_a_value_error(function: str) -> None
 
 # --- SQL is never built from values -------------------------------------------------------
 
-SQL_MODULES: list[ModuleType] = [worker, pgworker, queueview, receiver, cli, soak]
+SQL_MODULES: list[ModuleType] = [worker, pgworker, queueview, receiver, cli, operator]
 SQL_METHODS = frozenset({"execute", "executemany", "executescript"})
 PLACEHOLDER = re.compile(r"\?|[:@$][A-Za-z_]")
 
