@@ -279,6 +279,9 @@ _REQUEUE = """UPDATE jobs
 
 
 # --- Validation: worker.py's helpers and messages (see rule 1) -----------------
+# A deliberate copy of worker.py's private validation helpers: worker.py keeps its
+# private names private (tests/unit/test_private_names.py), and tests/contract checks
+# that both modules reject every malformed argument in the same words.
 
 
 def _reject(name: str, expected: str, value: object) -> ValueError:

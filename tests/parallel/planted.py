@@ -39,6 +39,8 @@ class Plant:
         return text
 
 
+# The texts below quote worker.py on purpose: a plant is worker.py's own code with one
+# mistake in it, so its replacements must match the source exactly (checked by ``source``).
 _FINISH_TXN = """    with _write_transaction(con, fault) as hooks:
         status = _settle(con, ticket, outcome, now_ms, delay_ms)
         if status is None:

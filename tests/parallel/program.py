@@ -22,17 +22,6 @@ from typing import Any
 
 PREFIX = "p"
 
-# The verbs a program calls, as the queue module names them; run_once is a courier round.
-VERBS = (
-    "enqueue",
-    "enqueue_many",
-    "claim",
-    "claim_many",
-    "finish",
-    "finish_many",
-    "redrive",
-    "run_once",
-)
 # The hook points before COMMIT, where a pause widens a race or a kill loses the change,
 # and the one after it, where a kill keeps the change.
 BEFORE_COMMIT = ("after-claim", "after-finish", "after-audit", "after-redrive")
