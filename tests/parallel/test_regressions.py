@@ -74,6 +74,16 @@ SEND_WITH_THE_CLAIM_OPEN = Program(
     ),
 )
 
+# Both branches make the same call: two couriers finishing the one ticket of the prefix.
+FINISH_THE_PREFIX_TICKET = call(
+    "finish",
+    ticket=TicketRef("p", 1),
+    outcome="ok",
+    now_ms=1000,
+    delay_ms=0,
+    fault=Fault("pause", "after-finish", 2),
+)
+
 # finish-checks-then-updates (1 of 10 runs): two finishes of one stale-proof ticket both
 # said done; kept for the queue's side only, the race is too rare to pin the plant.
 TWO_FINISHES_OF_ONE_TICKET = Program(
@@ -81,28 +91,7 @@ TWO_FINISHES_OF_ONE_TICKET = Program(
         call("enqueue_many", events=[{"id": "a", "qty": 1}], now_ms=1000, ttl_ms=100),
         call("claim", owner="c1", now_ms=1000, lease_ms=None, fault=None),
     ),
-    branches=(
-        (
-            call(
-                "finish",
-                ticket=TicketRef("p", 1),
-                outcome="ok",
-                now_ms=1000,
-                delay_ms=0,
-                fault=Fault("pause", "after-finish", 2),
-            ),
-        ),
-        (
-            call(
-                "finish",
-                ticket=TicketRef("p", 1),
-                outcome="ok",
-                now_ms=1000,
-                delay_ms=0,
-                fault=Fault("pause", "after-finish", 2),
-            ),
-        ),
-    ),
+    branches=((FINISH_THE_PREFIX_TICKET,), (FINISH_THE_PREFIX_TICKET,)),
 )
 
 CASES = [
