@@ -372,6 +372,7 @@ def well_formed(name: str, queue: Queue) -> st.SearchStrategy[object]:
         "events": batches(EVENTS),
         "limit": st.one_of(st.sampled_from([1, 2, 1000]), st.integers(1, 1000)),
         "results": batches(results(queue.live_ticket)),
+        "value": IDENTIFIERS,
     }[name]
 
 
@@ -409,6 +410,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "enqueue_many": ("con", "events", "now_ms", "ttl_ms", "max_attempts"),
     "claim_many": ("con", "owner", "now_ms", "limit", "lease_ms", "fault"),
     "finish_many": ("con", "results", "now_ms", "fault"),
+    "is_identifier": ("value",),
+    "classify_send": ("send", "ticket", "jitter"),
 }
 
 
@@ -425,7 +428,13 @@ def path_accepted(function: str, value: object) -> bool:
 
 
 def malformed(function: str, arguments: dict[str, object]) -> list[str]:
-    """The arguments the contract calls malformed (``model.rules`` for the named ones)."""
+    """The arguments the contract calls malformed (``model.rules`` for the named ones).
+
+    ``is_identifier`` takes any value and answers whether it is an identifier: none is
+    malformed (``check_well_formed`` holds its answer against ``model.rules``).
+    """
+    if function == "is_identifier":
+        return []
     bad = []
     for name, value in arguments.items():
         if name == "con":
@@ -481,6 +490,11 @@ def hooks_called(arguments: dict[str, object]) -> list[str]:
     return fault.points if isinstance(fault, HookLog) else []
 
 
+def sends_made(arguments: dict[str, object]) -> int:
+    send = arguments.get("send")
+    return len(send.deliveries) if isinstance(send, RecordingSend) else 0
+
+
 def clock_reads(arguments: dict[str, object]) -> int:
     clock = arguments.get("clock")
     return clock.calls if isinstance(clock, ScriptedClock) else 0
@@ -493,6 +507,7 @@ def allowed_when_well_formed(call: Call) -> tuple[type[BaseException], ...]:
         "redrive": (ValueError,),
         "run_once": (ValueError, worker.BadAck, SendCrash),
         "run_file": (ValueError, worker.BadAck, SendCrash, FileNotFoundError),
+        "classify_send": (worker.BadAck, SendCrash),
     }.get(call.function, ())
 
 
@@ -502,6 +517,9 @@ def check_well_formed(call: Call, queue: Queue, before: Rows) -> None:
         if call.function == "retry_delay":
             cap = call.arguments["cap_ms"]
             assert type(call.result) is int and type(cap) is int and 0 <= call.result <= cap
+        if call.function == "is_identifier":
+            value = call.arguments["value"]
+            assert call.result is ARGUMENT_RULES["owner"].accepts(value, call.arguments)
         if isinstance(call.result, sqlite3.Connection):
             call.result.close()
         return
@@ -527,6 +545,7 @@ def check_call(call: Call, queue: Queue) -> None:
         assert isinstance(call.error, ValueError), f"{bad} malformed, got {call.error!r}"
         assert read_rows(queue.con) == before, f"{bad} malformed, yet rows changed"
         assert hooks_called(call.arguments) == []
+        assert sends_made(call.arguments) == 0, "a malformed call sent"
         # run_once reads the clock for claim, which is the one to check the connection.
         assert clock_reads(call.arguments) <= (1 if bad == ["con"] else 0)
     else:
