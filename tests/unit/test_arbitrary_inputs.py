@@ -55,14 +55,8 @@ import worker
 from chaos import operator
 from courier import cli, queueview, receiver
 from model.rules import ARGUMENT_RULES, MAX_TIME_MS
-from tests.support import (
-    DictSubclass,
-    HookLog,
-    IntSubclass,
-    RecordingSend,
-    ScriptedClock,
-    StrSubclass,
-)
+from tests import support
+from tests.support import HookLog, RecordingSend, ScriptedClock
 
 ACTIVE = settings.default
 assert ACTIVE is not None
@@ -203,8 +197,8 @@ LEAVES: st.SearchStrategy[object] = st.one_of(
     st.sampled_from(ODD_TEXT),
     st.binary(max_size=8),
     st.builds(bytearray, st.binary(max_size=4)),
-    st.builds(StrSubclass, st.sampled_from(["a", "c1", DEAD_ID, "ok"])),
-    st.builds(IntSubclass, st.integers(-2, 2)),
+    st.builds(support.StrSubclass, st.sampled_from(["a", "c1", DEAD_ID, "ok"])),
+    st.builds(support.IntSubclass, st.integers(-2, 2)),
     st.builds(FloatSubclass, st.floats(0, 1)),
     st.complex_numbers(max_magnitude=2),
     st.builds(Decimal, st.sampled_from(["0.5", "1", "NaN", "-Infinity"])),
@@ -217,7 +211,7 @@ JUNK: st.SearchStrategy[object] = st.recursive(
         st.lists(children, max_size=3),
         st.tuples(children, children),
         st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), children, max_size=3),
-        st.builds(DictSubclass, st.dictionaries(st.text(max_size=3), children, max_size=2)),
+        st.builds(support.DictSubclass, st.dictionaries(st.text(max_size=3), children, max_size=2)),
     ),
     max_leaves=6,
 )
@@ -241,7 +235,7 @@ def spoiled(record: dict[str, Any]) -> st.SearchStrategy[object]:
         st.sampled_from(keys).map(lambda key: {k: v for k, v in record.items() if k != key}),
         JUNK.map(lambda extra: {**record, "extra": extra}),
         st.tuples(st.sampled_from(keys), JUNK).map(lambda kv: {**record, kv[0]: kv[1]}),
-        st.just(DictSubclass(record)),
+        st.just(support.DictSubclass(record)),
         st.just(OrderedDict(record)),
         st.just(list(record.items())),
     )

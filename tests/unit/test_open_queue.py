@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 import worker
 from tests.support import JOB_COLUMNS, REDRIVE_COLUMNS, open_descriptors, read_rows
 
+# A deliberate copy of the contract's DDL (docs/spec/CONTRACT.md), not an import of
+# worker.SCHEMA: the tests hold worker.py against the contract's text, not against itself.
 CONTRACT_DDL = [
     """CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,
   id TEXT NOT NULL UNIQUE, qty INTEGER NOT NULL,
@@ -69,13 +73,18 @@ def test_switches_a_wal_file_back_to_delete_journal(queue_path: Path) -> None:
         con.close()
 
 
+def leave_a_redriven_job(queue: ModuleType, con: Any) -> None:
+    """Enqueue job ``a``, claim it, finish it ``permanent`` and redrive it, with
+    ``queue`` (``worker`` or ``pgworker``): a row in each table to survive a reopen."""
+    assert queue.enqueue(con, {"id": "a", "qty": 2}, 0, 10) is True
+    ticket = queue.claim(con, "courier-1", 0)
+    assert ticket is not None and queue.finish(con, ticket, "permanent", 1) == "dead"
+    assert queue.redrive(con, "a", 2, 10, "checked") is True
+
+
 def test_reopening_preserves_existing_jobs_and_audit_rows(queue_path: Path) -> None:
     con = worker.open_queue(queue_path)
-    worker.enqueue(con, {"id": "a", "qty": 2}, 0, 10)
-    ticket = worker.claim(con, "courier-1", 0)
-    assert ticket is not None
-    worker.finish(con, ticket, "permanent", 1)
-    worker.redrive(con, "a", 2, 10, "checked")
+    leave_a_redriven_job(worker, con)
     before = read_rows(con)
     con.close()
 

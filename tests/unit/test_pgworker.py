@@ -22,6 +22,7 @@ import pgworker
 import worker
 from tests.postgres import Server
 from tests.support import RecordingSend, ScriptedClock
+from tests.unit.test_open_queue import leave_a_redriven_job
 
 Connection = psycopg.Connection[Any]
 
@@ -105,10 +106,7 @@ def test_creates_both_tables_with_the_contracts_columns_and_check(bare: str) -> 
 
 def test_reopening_keeps_the_rows_and_creates_nothing_twice(pg_conninfo: str) -> None:
     con = pgworker.open_queue(pg_conninfo)
-    pgworker.enqueue(con, {"id": "a", "qty": 1}, 0, 100)
-    ticket = pgworker.claim(con, "c1", 0)
-    assert ticket is not None and pgworker.finish(con, ticket, "permanent", 1) == "dead"
-    pgworker.redrive(con, "a", 2, 100, "ops")
+    leave_a_redriven_job(pgworker, con)
     before = con.execute("SELECT * FROM jobs").fetchall(), con.execute("SELECT * FROM redrives")
     rows = before[0], before[1].fetchall()
     con.close()
