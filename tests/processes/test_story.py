@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from contextlib import closing
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import worker
@@ -30,12 +32,10 @@ REPORT_TIMEOUT_S = 15.0
 COURIER_TIMEOUT_S = 20.0
 
 
-def one_order_queue(path: Path) -> None:
-    con = worker.open_queue(path)
-    try:
-        assert worker.enqueue(con, dict(ORDER), clock_ms(), TTL_MS)
-    finally:
-        con.close()
+def one_order_queue(queue: ModuleType, target: str | Path) -> None:
+    """The story's queue: the one order, enqueued now (``queue``: worker or pgworker)."""
+    with closing(queue.open_queue(target)) as con:
+        assert queue.enqueue(con, dict(ORDER), clock_ms(), TTL_MS)
 
 
 def courier(queue: Path, receiver: Receiver, owner: str, *extra: str) -> list[str]:
@@ -60,7 +60,7 @@ def stalled_c1(
     """The one order's queue, and c1 stalled right after its first 2xx, with its report
     (the ticket it captured before sending)."""
     queue = tmp_path / "queue.sqlite"
-    one_order_queue(queue)
+    one_order_queue(worker, queue)
     report_path = tmp_path / "c1.stalled.json"
     drill = ["--stall-after-acks", "1", "--stall-report", str(report_path)]
     argv = courier(
@@ -94,48 +94,58 @@ def assert_one_effect_for_two_sends(queue: Path, receiver: Receiver) -> None:
     assert (audit.done, audit.effects, audit.deliveries) == (1, 1, 2)
 
 
-def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
-    tmp_path: Path, receiver: Receiver, children: Children
-) -> None:
-    queue, c1, report = stalled_c1(tmp_path, receiver, children, 20)
-    old_ticket = report["ticket"]
-    assert old_ticket == {
-        **ORDER,
-        "owner": "c1",
-        "token": 1,
-        "attempt": 1,
-        "lease_until": old_ticket["lease_until"],
-    }
-    # The receiver has committed c1's delivery; the queue has not heard of it.
-    assert receiver.inbox.summary()["effects"] == 1
-    assert the_job(queue)["status"] == "leased"
-    assert children.kill(c1) == -signal.SIGKILL
-    job = the_job(queue)
-    assert (job["status"], job["owner"], job["token"], job["lease_until"]) == (
-        "leased",
-        "c1",
-        1,
-        old_ticket["lease_until"],
-    )
+# The steps of the story that every backend shares (test_story_postgres.py uses them).
 
-    drain_with_c2(tmp_path, queue, receiver, children)
 
-    assert_one_effect_for_two_sends(queue, receiver)
+def c1s_first_ticket(report: dict[str, Any]) -> dict[str, Any]:
+    """The ticket in c1's stall report, which must be the order's first lease; and the
+    receiver has committed that delivery while the queue has not heard of it."""
+    ticket: dict[str, Any] = report["ticket"]
+    first = {**ORDER, "owner": "c1", "token": 1, "attempt": 1}
+    assert ticket == {**first, "lease_until": ticket["lease_until"]}
+    return ticket
+
+
+def assert_still_leased_to_c1(job: dict[str, Any], old_ticket: dict[str, Any]) -> None:
+    """After c1's SIGKILL the job is still c1's lease, untouched."""
+    held = (job["status"], job["owner"], job["token"], job["lease_until"])
+    assert held == ("leased", "c1", 1, old_ticket["lease_until"])
+
+
+def assert_c2_resent_after_the_lease(receiver: Receiver, old_ticket: dict[str, Any]) -> None:
+    """Two requests, c1's then c2's, both answered 200; c2's after c1's lease ran out."""
     first, second = receiver.inbox.requests()
     assert (first["sender"], first["status"]) == ("c1", 200)
     assert (second["sender"], second["status"]) == ("c2", 200)
     assert second["at_ms"] >= old_ticket["lease_until"], "c2 re-sent before c1's lease expired"
-    job = the_job(queue)
-    assert (job["status"], job["token"], job["attempts"], job["owner"]) == ("done", 2, 2, None)
 
-    # c1 wakes up late with its old ticket: the fencing token keeps it out.
-    con = worker.open_queue(queue)
-    try:
-        rows_before = con.execute("SELECT * FROM jobs").fetchall()
-        assert worker.finish(con, old_ticket, "ok", clock_ms()) is False
-        assert con.execute("SELECT * FROM jobs").fetchall() == rows_before
-    finally:
-        con.close()
+
+def assert_done_by_c2_and_fenced(
+    queue: ModuleType, con: Any, job: dict[str, Any], old_ticket: dict[str, Any]
+) -> None:
+    """The job is done by c2's lease (token 2); c1 wakes up late with its old ticket,
+    and the fencing token keeps it out (``queue`` is ``worker`` or ``pgworker``)."""
+    assert (job["status"], job["token"], job["attempts"], job["owner"]) == ("done", 2, 2, None)
+    rows_before = con.execute("SELECT * FROM jobs").fetchall()
+    assert queue.finish(con, old_ticket, "ok", clock_ms()) is False
+    assert con.execute("SELECT * FROM jobs").fetchall() == rows_before
+
+
+def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
+    tmp_path: Path, receiver: Receiver, children: Children
+) -> None:
+    queue, c1, report = stalled_c1(tmp_path, receiver, children, 20)
+    old_ticket = c1s_first_ticket(report)
+    assert the_job(queue)["status"] == "leased"
+    assert children.kill(c1) == -signal.SIGKILL
+    assert_still_leased_to_c1(the_job(queue), old_ticket)
+
+    drain_with_c2(tmp_path, queue, receiver, children)
+
+    assert_one_effect_for_two_sends(queue, receiver)
+    assert_c2_resent_after_the_lease(receiver, old_ticket)
+    with closing(worker.open_queue(queue)) as con:
+        assert_done_by_c2_and_fenced(worker, con, the_job(queue), old_ticket)
 
 
 def test_a_late_courier_that_was_not_killed_finds_its_result_stale(

@@ -15,28 +15,26 @@ from __future__ import annotations
 import json
 import signal
 import time
+from contextlib import closing
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
 
 import pgworker
 from courier.receiver import Receiver
-from courier.runner import clock_ms
 from tests.processes import drills
 from tests.processes.conftest import Spawner
+from tests.processes.test_story import (
+    ORDER,
+    assert_c2_resent_after_the_lease,
+    assert_done_by_c2_and_fenced,
+    assert_still_leased_to_c1,
+    c1s_first_ticket,
+    one_order_queue,
+)
 
-TTL_MS = 30_000
-ORDER = {"id": "order-1", "qty": 5}
 REPORT_TIMEOUT_S = 30.0
 COURIER_TIMEOUT_S = 20.0
-
-
-def one_order_queue(conninfo: str) -> None:
-    con = pgworker.open_queue(conninfo)
-    try:
-        assert pgworker.enqueue(con, dict(ORDER), clock_ms(), TTL_MS)
-    finally:
-        con.close()
 
 
 def wait_for_report(path: Path, proc: SpawnProcess) -> dict[str, Any] | None:
@@ -70,33 +68,19 @@ def start_courier(
 def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
     tmp_path: Path, pg_conninfo: str, receiver: Receiver, spawner: Spawner
 ) -> None:
-    one_order_queue(pg_conninfo)
+    one_order_queue(pgworker, pg_conninfo)
     report_path = tmp_path / "c1.stalled.json"
     c1 = start_courier(
         spawner, pg_conninfo, receiver, "c1", tmp_path / "c1.log", 1, str(report_path), 20.0
     )
     report = wait_for_report(report_path, c1)
     assert report is not None, "c1 never reported its stall"
-    old_ticket = report["ticket"]
-    assert old_ticket == {
-        **ORDER,
-        "owner": "c1",
-        "token": 1,
-        "attempt": 1,
-        "lease_until": old_ticket["lease_until"],
-    }
-    # The receiver has committed c1's delivery; the queue has not heard of it.
+    old_ticket = c1s_first_ticket(report)
     assert receiver.inbox.summary()["effects"] == 1
     c1.kill()
     c1.join(10)
     assert c1.exitcode == -signal.SIGKILL
-    job = the_job(pg_conninfo)
-    assert (job["status"], job["owner"], job["token"], job["lease_until"]) == (
-        "leased",
-        "c1",
-        1,
-        old_ticket["lease_until"],
-    )
+    assert_still_leased_to_c1(the_job(pg_conninfo), old_ticket)
 
     c2 = start_courier(spawner, pg_conninfo, receiver, "c2", tmp_path / "c2.log")
     c2.join(COURIER_TIMEOUT_S + 10)
@@ -105,27 +89,15 @@ def test_killed_courier_is_recovered_and_the_receiver_applies_the_effect_once(
     inbox = receiver.inbox.summary()
     assert (inbox["requests"], inbox["inbox_rows"], inbox["effects"]) == (2, 1, 1)
     assert inbox["total_qty"] == ORDER["qty"]
-    first, second = receiver.inbox.requests()
-    assert (first["sender"], first["status"]) == ("c1", 200)
-    assert (second["sender"], second["status"]) == ("c2", 200)
-    assert second["at_ms"] >= old_ticket["lease_until"], "c2 re-sent before c1's lease expired"
-    job = the_job(pg_conninfo)
-    assert (job["status"], job["token"], job["attempts"], job["owner"]) == ("done", 2, 2, None)
-
-    # c1 wakes up late with its old ticket: the fencing token keeps it out.
-    con = pgworker.open_queue(pg_conninfo)
-    try:
-        rows_before = con.execute("SELECT * FROM jobs").fetchall()
-        assert pgworker.finish(con, old_ticket, "ok", clock_ms()) is False
-        assert con.execute("SELECT * FROM jobs").fetchall() == rows_before
-    finally:
-        con.close()
+    assert_c2_resent_after_the_lease(receiver, old_ticket)
+    with closing(pgworker.open_queue(pg_conninfo)) as con:
+        assert_done_by_c2_and_fenced(pgworker, con, the_job(pg_conninfo), old_ticket)
 
 
 def test_a_late_courier_that_was_not_killed_finds_its_result_stale(
     tmp_path: Path, pg_conninfo: str, receiver: Receiver, spawner: Spawner
 ) -> None:
-    one_order_queue(pg_conninfo)
+    one_order_queue(pgworker, pg_conninfo)
     report_path = tmp_path / "c1.stalled.json"
     c1_log = tmp_path / "c1.log"
     c1 = start_courier(spawner, pg_conninfo, receiver, "c1", c1_log, 1, str(report_path), 2.5)
