@@ -8,6 +8,11 @@ to timing luck). Courier c2, another child process, delivers the remaining order
 and, once c1's lease has expired, claims the killed order with a new fencing token
 and delivers it again; the receiver's inbox absorbs the duplicate.
 
+With ``backend="postgres"`` the queue is a database on a throwaway PostgreSQL
+server (``courier.embedded``), the couriers are the same ``courier run`` processes
+given its URL, and every lease is judged on the server's clock; the story and its
+checks are the same. The receiver's inbox stays a SQLite file.
+
 It prints each order's final status, token and attempts, the receiver's HTTP
 requests and effects, and exits non-zero if any invariant fails: the audit of the
 queue file against the inbox (``courier.audit``: nothing lost, no effect twice, no
@@ -17,17 +22,18 @@ killed order re-sent once with token 2.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sqlite3
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import worker
-from courier import queueview
+from courier import backend, queueview
+from courier import backend as _backend
 from courier.audit import Audit, audit_files
 from courier.procs import Children, courier_command, wait_for_report
 from courier.receiver import Receiver
@@ -57,22 +63,35 @@ def make_orders(count: int) -> list[dict[str, Any]]:
     return [{"id": f"order-{n:02d}", "qty": 1 + (n * 7) % 10} for n in range(1, count + 1)]
 
 
-def enqueue_orders(path: Path, orders: list[dict[str, Any]]) -> None:
-    """Create the queue file at ``path`` and enqueue every order (all new)."""
-    con = worker.open_queue(path)
+def enqueue_orders(target: backend.Target, orders: list[dict[str, Any]]) -> None:
+    """Create the queue at ``target`` (a file or a conninfo) and enqueue every order (all new)."""
+    module = backend.queue_module(target)
+    con = backend.open_queue(target)
     try:
-        now = clock_ms()
+        now = backend.server_clock_ms(con) if backend.is_conninfo(target) else clock_ms()
         for order in orders:
-            if not worker.enqueue(con, dict(order), now, TTL_MS, MAX_ATTEMPTS):
+            if not module.enqueue(con, dict(order), now, TTL_MS, MAX_ATTEMPTS):
                 raise RuntimeError(f"order {order['id']} was already queued")
     finally:
         con.close()
 
 
-def _courier(queue: Path, url: str, owner: str, lease_ms: int, *extra: str) -> list[str]:
+@contextlib.contextmanager
+def demo_queue(workdir: Path, kind: str) -> Iterator[backend.Target]:
+    """The demo's queue: a file in ``workdir``, or a database on a throwaway server."""
+    if kind == "sqlite":
+        yield workdir / "queue.sqlite"
+        return
+    from courier.embedded import embedded_server
+
+    with embedded_server() as conninfo:
+        yield conninfo
+
+
+def _courier(queue: backend.Target, url: str, owner: str, lease_ms: int, *extra: str) -> list[str]:
     return courier_command(
         "run",
-        queue,
+        str(queue),
         "--url",
         url,
         "--owner",
@@ -130,9 +149,10 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
         return None
 
 
-def _play(run: Run, workdir: Path, lease_ms: int, kill_after: int, out: Out) -> None:
-    """Run the story on ``workdir`` and fill ``run`` with what happened."""
-    queue = workdir / "queue.sqlite"
+def _play(
+    run: Run, workdir: Path, queue: backend.Target, lease_ms: int, kill_after: int, out: Out
+) -> None:
+    """Run the story on ``queue`` (inbox in ``workdir``) and fill ``run`` with what happened."""
     enqueue_orders(queue, run.orders)
     with Receiver(workdir / "inbox.sqlite") as receiver, Children() as children:
         out(f"receiver listening on {receiver.url}")
@@ -235,20 +255,31 @@ def _show_logs(run: Run, out: Out) -> None:
 
 
 def run_demo(
-    orders: int = ORDERS, lease_ms: int = LEASE_MS, kill_after: int = KILL_AFTER, out: Out = _print
+    orders: int = ORDERS,
+    lease_ms: int = LEASE_MS,
+    kill_after: int = KILL_AFTER,
+    out: Out = _print,
+    backend: str = "sqlite",
 ) -> int:
-    """Play the story once on temporary files; return 0 if every invariant holds, else 1."""
+    """Play the story once on a temporary queue; return 0 if every invariant holds, else 1.
+
+    ``backend`` is ``sqlite`` (a temporary file) or ``postgres`` (a throwaway server).
+    """
+    if backend not in ("sqlite", "postgres"):
+        raise ValueError(f"'backend' must be 'sqlite' or 'postgres', got {backend!r}")
     if not 1 <= kill_after < orders <= 99:
         raise ValueError(f"need 1 <= kill_after < orders <= 99, got {kill_after} and {orders}")
     if not 100 <= lease_ms <= 10_000:
         raise ValueError(f"'lease_ms' must be in 100..10000 for the demo, got {lease_ms}")
     started = time.monotonic()
     run = Run(make_orders(orders))
-    out(f"lease-queue demo: {orders} orders, couriers c1 and c2, lease {lease_ms} ms")
+    where = "a queue file" if backend == "sqlite" else "an embedded PostgreSQL server"
+    out(f"lease-queue demo: {orders} orders, couriers c1 and c2, lease {lease_ms} ms, on {where}")
     with tempfile.TemporaryDirectory(prefix="courier-demo-") as tmp:
         try:
-            _play(run, Path(tmp), lease_ms, kill_after, out)
-        except (OSError, sqlite3.Error) as error:
+            with demo_queue(Path(tmp), backend) as queue:
+                _play(run, Path(tmp), queue, lease_ms, kill_after, out)
+        except (OSError, RuntimeError, sqlite3.Error, _backend.Unreachable) as error:
             out(f"demo could not run: {error}")
             return 1
         failures = check(run)

@@ -1,17 +1,21 @@
-"""Read-only views of a queue file, for the operator CLI, the demo and the drills.
+"""Read-only views of a queue, for the operator CLI, the web page, the demo and the drills.
 
-``worker.py`` owns every write; this module only reads. It never creates a file: a
-missing path is ``FileNotFoundError`` and a SQLite file without the queue's two tables
-is ``ValueError``, so a typo cannot turn into an empty queue or a stray schema.
+``worker.py`` and ``pgworker.py`` own every write; this module only reads, on
+either backend (``courier.backend``): each statement is written once, in SQLite's
+placeholders (``?`` and ``:name``), which ``backend.qmark`` runs on a PostgreSQL
+connection too. It never creates a queue: a missing path is
+``FileNotFoundError`` and a file or database without the queue's two tables is
+``ValueError``, so a typo cannot turn into an empty queue or a stray schema.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sqlite3
-import stat
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
+
+from courier.backend import Connection, Target, connect_existing, qmark, require_queue_file
 
 __all__ = [
     "JOB_COLUMNS",
@@ -19,13 +23,17 @@ __all__ = [
     "STATUSES",
     "connect_existing",
     "dead_jobs",
+    "find_jobs",
+    "job",
     "job_rows",
     "leased_ticket",
     "next_due",
     "overview",
     "read_queue",
     "redrive_row",
+    "redrives",
     "require_queue_file",
+    "snapshot",
     "status_counts",
     "table_rows",
     "unfinished_count",
@@ -65,150 +73,174 @@ _COUNT_DUE = f"SELECT count(*) {_DUE}"
 _SELECT_LEASE = """SELECT id, qty, owner, token, attempts, lease_until FROM jobs
   WHERE id = ? AND status = 'leased' AND owner = ?"""
 _SELECT_REDRIVE = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives WHERE seq = ?"
-_QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
+_PG_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# jobs: every filter is optional (a NULL parameter matches every row; the CAST tells
+# PostgreSQL the parameter's type where it stands alone).
+_FIND_JOBS = f"""SELECT {", ".join(JOB_COLUMNS)} FROM jobs
+  WHERE (CAST(:status AS TEXT) IS NULL OR status = :status)
+    AND (CAST(:reason AS TEXT) IS NULL OR reason = :reason)
+    AND (CAST(:owner AS TEXT) IS NULL OR owner = :owner)
+    AND (CAST(:prefix AS TEXT) IS NULL OR substr(id, 1, length(:prefix)) = :prefix)
+  ORDER BY seq LIMIT :limit"""
+_SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?"
+_FIND_REDRIVES = f"""SELECT {", ".join(REDRIVE_COLUMNS)} FROM redrives
+  WHERE (CAST(:id AS TEXT) IS NULL OR id = :id) ORDER BY seq LIMIT :limit"""
 
 
-def require_queue_file(path: str | os.PathLike[str]) -> Path:
-    """Return ``path`` if it is an existing regular file, else raise ``FileNotFoundError``."""
-    file = Path(path)
+def _rows(con: Connection, statement: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    return list(qmark(con).execute(statement, params).fetchall())
+
+
+def _one(con: Connection, statement: str, params: Any = ()) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = qmark(con).execute(statement, params).fetchone()
+    return row
+
+
+@contextlib.contextmanager
+def snapshot(con: Connection) -> Iterator[None]:
+    """One read transaction: every query in the block sees the same state of the queue."""
+    if isinstance(con, sqlite3.Connection):
+        con.execute("BEGIN")
+    else:
+        con.execute(_PG_SNAPSHOT)
     try:
-        is_file = stat.S_ISREG(file.stat().st_mode)
-    except FileNotFoundError:
-        is_file = False
-    if not is_file:
-        raise FileNotFoundError(f"no queue file at {str(file)!r} (create one with 'init')")
-    return file
-
-
-def connect_existing(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open an existing queue file for reading (1 s busy timeout, autocommit).
-
-    The connection may write only to roll back a hot journal left by a killed
-    writer, as any SQLite reader does. Raises ``FileNotFoundError`` for a missing
-    file and ``ValueError`` for a SQLite file without the ``jobs`` and ``redrives``
-    tables (the connection is closed in both cases).
-    """
-    file = require_queue_file(path)
-    con = sqlite3.connect(file, timeout=1, isolation_level=None)
-    try:
-        (tables,) = con.execute(_QUEUE_TABLES, ("jobs", "redrives")).fetchone()
-        if tables != 2:
-            raise ValueError(f"{str(file)!r} is not a queue file (no jobs/redrives tables)")
-    except BaseException:
-        con.close()
-        raise
-    return con
+        yield
+    finally:
+        con.execute("COMMIT")
 
 
 def _job(row: tuple[Any, ...]) -> dict[str, Any]:
     return dict(zip(JOB_COLUMNS, row, strict=True))
 
 
-def table_rows(con: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+def _redrive(row: tuple[Any, ...]) -> dict[str, Any]:
+    return dict(zip(REDRIVE_COLUMNS, row, strict=True))
+
+
+def table_rows(con: Connection) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of ``jobs`` and ``redrives``, in seq order, as tuples.
 
     Keys ``"jobs"`` (columns in ``JOB_COLUMNS`` order) and ``"redrives"``
     (``REDRIVE_COLUMNS``). One query per table and no transaction of its own, so it
     reads what ``con`` sees, also inside a transaction a fault hook is called in.
     """
-    return {
-        "jobs": con.execute(_SELECT_JOBS).fetchall(),
-        "redrives": con.execute(_SELECT_REDRIVES).fetchall(),
-    }
+    return {"jobs": _rows(con, _SELECT_JOBS), "redrives": _rows(con, _SELECT_REDRIVES)}
 
 
-def job_rows(con: sqlite3.Connection) -> list[dict[str, Any]]:
+def job_rows(con: Connection) -> list[dict[str, Any]]:
     """Every job as a dict keyed by column name, in seq order."""
-    return [_job(row) for row in con.execute(_SELECT_JOBS)]
+    return [_job(row) for row in _rows(con, _SELECT_JOBS)]
 
 
-def read_queue(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]]]:
-    """Every job and every audit row of the existing queue file at ``path``, as dicts.
+def read_queue(target: Target) -> dict[str, list[dict[str, Any]]]:
+    """Every job and every audit row of the existing queue at ``target``, as dicts.
 
     Keys ``"jobs"`` and ``"redrives"``, each in seq order, read in one read
     transaction (a consistent snapshot). Raises as ``connect_existing`` does.
     """
-    con = connect_existing(path)
+    con = connect_existing(target)
     try:
-        con.execute("BEGIN")
-        rows = table_rows(con)
-        con.execute("COMMIT")
+        with snapshot(con):
+            rows = table_rows(con)
     finally:
         con.close()
     return {
         "jobs": [_job(row) for row in rows["jobs"]],
-        "redrives": [dict(zip(REDRIVE_COLUMNS, row, strict=True)) for row in rows["redrives"]],
+        "redrives": [_redrive(row) for row in rows["redrives"]],
     }
 
 
-def status_counts(con: sqlite3.Connection) -> dict[str, int]:
+def status_counts(con: Connection) -> dict[str, int]:
     """The number of jobs per status, with every status present (zero included)."""
     counts = dict.fromkeys(STATUSES, 0)
-    counts.update(con.execute(_COUNT_BY_STATUS).fetchall())
+    counts.update((status, int(n)) for status, n in _rows(con, _COUNT_BY_STATUS))
     return counts
 
 
-def unfinished_count(con: sqlite3.Connection) -> int:
+def unfinished_count(con: Connection) -> int:
     """The number of jobs still ``pending`` or ``leased``."""
-    count: int = con.execute(_COUNT_UNFINISHED).fetchone()[0]
-    return count
+    row = _one(con, _COUNT_UNFINISHED)
+    return int(row[0]) if row else 0
 
 
-def next_due(con: sqlite3.Connection, now_ms: int) -> tuple[dict[str, Any] | None, int]:
+def next_due(con: Connection, now_ms: int) -> tuple[dict[str, Any] | None, int]:
     """The job a claim at ``now_ms`` would take, and how many jobs are due.
 
     Due means pending with ``available_at <= now_ms`` or leased with an expired lease,
     and neither past its deadline nor out of attempts (those a claim quarantines).
     """
-    row = con.execute(_SELECT_NEXT_DUE, {"now": now_ms}).fetchone()
-    (due,) = con.execute(_COUNT_DUE, {"now": now_ms}).fetchone()
-    return (None if row is None else _job(row)), due
+    row = _one(con, _SELECT_NEXT_DUE, {"now": now_ms})
+    due = _one(con, _COUNT_DUE, {"now": now_ms})
+    return (None if row is None else _job(row)), int(due[0]) if due else 0
 
 
-def overview(con: sqlite3.Connection, now_ms: int) -> dict[str, Any]:
+def overview(con: Connection, now_ms: int) -> dict[str, Any]:
     """The queue at ``now_ms`` in one read transaction, for ``status``.
 
     Keys: ``now_ms``; ``counts`` (jobs per status); ``due`` and ``next_due`` (see
     ``next_due``); ``redrives`` (audit rows in total).
     """
-    con.execute("BEGIN")
-    try:
+    with snapshot(con):
         job, due = next_due(con, now_ms)
+        redrive_count = _one(con, _COUNT_ALL_REDRIVES)
         return {
             "now_ms": now_ms,
             "counts": status_counts(con),
             "due": due,
             "next_due": job,
-            "redrives": con.execute(_COUNT_ALL_REDRIVES).fetchone()[0],
+            "redrives": int(redrive_count[0]) if redrive_count else 0,
         }
-    finally:
-        con.execute("COMMIT")
 
 
-def dead_jobs(con: sqlite3.Connection) -> list[dict[str, Any]]:
+def dead_jobs(con: Connection) -> list[dict[str, Any]]:
     """Every quarantined job, in seq order, with ``redrives`` (its audit row count)."""
-    jobs = [_job(row) for row in con.execute(_SELECT_DEAD)]
-    for job in jobs:
-        job["redrives"] = con.execute(_COUNT_REDRIVES, (job["id"],)).fetchone()[0]
+    jobs = [_job(row) for row in _rows(con, _SELECT_DEAD)]
+    for job_row in jobs:
+        count = _one(con, _COUNT_REDRIVES, (job_row["id"],))
+        job_row["redrives"] = int(count[0]) if count else 0
     return jobs
 
 
-def redrive_row(con: sqlite3.Connection, seq: int) -> dict[str, Any] | None:
+def find_jobs(
+    con: Connection,
+    status: str | None = None,
+    reason: str | None = None,
+    owner: str | None = None,
+    prefix: str | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """The jobs matching every filter given (``None``: any), lowest seq first, at most ``limit``."""
+    params = {"status": status, "reason": reason, "owner": owner, "prefix": prefix}
+    return [_job(row) for row in _rows(con, _FIND_JOBS, {**params, "limit": limit})]
+
+
+def job(con: Connection, job_id: str) -> dict[str, Any] | None:
+    """The row of job ``job_id``, or ``None``."""
+    row = _one(con, _SELECT_JOB, (job_id,))
+    return None if row is None else _job(row)
+
+
+def redrives(con: Connection, job_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    """Audit rows (of ``job_id`` only, if given), in seq order, at most ``limit``."""
+    return [_redrive(row) for row in _rows(con, _FIND_REDRIVES, {"id": job_id, "limit": limit})]
+
+
+def redrive_row(con: Connection, seq: int) -> dict[str, Any] | None:
     """The audit row with ``seq`` in ``redrives``, or ``None``."""
-    row = con.execute(_SELECT_REDRIVE, (seq,)).fetchone()
-    return None if row is None else dict(zip(REDRIVE_COLUMNS, row, strict=True))
+    row = _one(con, _SELECT_REDRIVE, (seq,))
+    return None if row is None else _redrive(row)
 
 
-def leased_ticket(path: str | os.PathLike[str], job_id: str, owner: str) -> dict[str, Any] | None:
+def leased_ticket(target: Target, job_id: str, owner: str) -> dict[str, Any] | None:
     """The live-looking ticket of ``owner`` on ``job_id``, rebuilt from its row.
 
     Returns the six ticket keys as ``claim`` returned them (``attempt`` is the row's
     ``attempts``) if the job is leased to ``owner``, else ``None``. A courier's send
     hook uses it to capture the ticket that ``run_file`` keeps to itself.
     """
-    con = connect_existing(path)
+    con = connect_existing(target)
     try:
-        row = con.execute(_SELECT_LEASE, (job_id, owner)).fetchone()
+        row = _one(con, _SELECT_LEASE, (job_id, owner))
     finally:
         con.close()
     if row is None:

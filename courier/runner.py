@@ -2,8 +2,11 @@
 
 Rules this module keeps:
 
-1. Time is the host's wall clock in milliseconds (``clock_ms``): every courier and
-   the receiver on one host share that base. The loop's own bounds use the
+1. On a queue file, time is the host's wall clock in milliseconds (``clock_ms``):
+   every courier and the receiver on one host share that base. On PostgreSQL it
+   is the database server's clock (``courier.backend.server_clock_ms``), read on
+   the courier's own connection, so couriers on many hosts judge every lease on
+   one time base whatever their own clocks say. The loop's own bounds use the
    monotonic clock, so a wall-clock step cannot make it spin or stop early.
 2. ``HttpSend`` maps the receiver's answer onto the worker's outcomes: any 2xx is
    ``True``; a timeout, a refused or broken connection, 408, 429 or 5xx raises
@@ -18,7 +21,15 @@ Rules this module keeps:
    instead of dying or spinning. A busy error during ``finish`` leaves the job
    leased; its lease expires and it is delivered again, which the receiver's inbox
    absorbs.
-5. ``StallAfterAcks`` is a crash drill: after the N-th acknowledged delivery it
+5. Each round's cause is kept: ``HttpSend`` attaches a ``Cause`` (the HTTP status
+   and the first ``EXCERPT_CHARS`` of the body, a timeout, a connection error) to
+   what it returns or raises, and ``run_courier`` hands every attempt to its
+   ``attempts`` log (``courier.attempts``), an unexpected exception of ``send``
+   included (class and message), before that exception propagates.
+6. The first SIGINT or SIGTERM stops the loop after the current delivery and says
+   so; with ``impatient``, a second one raises ``KeyboardInterrupt`` at once, also
+   in the middle of a hung delivery (the job stays leased until its lease ends).
+7. ``StallAfterAcks`` is a crash drill: after the N-th acknowledged delivery it
    writes a report (with the ticket it captured before sending) and waits to be
    killed, so a supervisor can SIGKILL it between the receiver's commit and the
    queue's ``finish`` deterministically, not by timing luck.
@@ -27,11 +38,13 @@ Rules this module keeps:
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
 import random
 import signal
 import sqlite3
+import sys
 import threading
 import time
 import urllib.error
@@ -39,26 +52,35 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import worker
+from courier import backend
+from courier.backend import Target
 from courier.queueview import connect_existing, leased_ticket, unfinished_count
 
 __all__ = [
+    "Attempt",
+    "AttemptSink",
+    "Cause",
     "CourierReport",
     "HttpSend",
     "Limits",
+    "PgRounds",
     "StallAfterAcks",
     "Step",
+    "StopSignal",
     "classify_status",
     "clock_ms",
     "is_busy",
+    "is_transient",
     "run_courier",
     "stop_on_signals",
 ]
 
 DEFAULT_TIMEOUT_MS = 5000
 MAX_RESPONSE_BYTES = 65536
+EXCERPT_CHARS = 200
 IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 PAUSE_SLICE_S = 0.05
@@ -68,8 +90,47 @@ _SQLITE_LOCKED = 6
 
 Log = Callable[[str], None]
 Send = Callable[[dict[str, Any]], bool]
-Step = Callable[[Path, str, Callable[[], int], Send, float, int], dict[str, Any] | None]
+Step = Callable[[Any, str, Callable[[], int], Send, float, int], dict[str, Any] | None]
 """One round: ``worker.run_file``'s signature and result (a drill may wrap it)."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why one delivery ended as it did.
+
+    ``kind``: ``answer`` (the receiver answered ``http_status``; ``detail`` is the
+    start of its body), ``timeout``, ``connection`` (refused, reset, no route) or
+    ``exception`` (``detail`` is the class and message).
+    """
+
+    kind: str
+    detail: str
+    http_status: int | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as the courier saw it: its ticket, when, the outcome and the cause.
+
+    ``outcome`` is how the answer was classified (``ok``, ``retry``, ``permanent``)
+    or ``error`` (``send`` raised something else; the job stays leased); ``status``
+    is what ``finish`` made of it (``done``, ``pending``, ``dead``, ``stale``) or
+    ``leased`` after an error.
+    """
+
+    id: str
+    token: int | None
+    owner: str
+    at_ms: int
+    outcome: str
+    status: str
+    cause: Cause | None
+
+
+class AttemptSink(Protocol):
+    """Where ``run_courier`` puts each attempt (``courier.attempts.AttemptLog``)."""
+
+    def record(self, attempt: Attempt) -> None: ...
 
 
 def clock_ms() -> int:
@@ -81,16 +142,33 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def stop_on_signals() -> threading.Event:
+class StopSignal(threading.Event):
+    """A stop event that remembers the signal that set it (``signum``), if any."""
+
+    signum: int | None = None
+
+
+def stop_on_signals(log: Log | None = None, impatient: bool = False) -> StopSignal:
     """An event that SIGINT and SIGTERM set, so that a loop stops between its steps.
 
-    Installs the handlers for this process (call it from the main thread); the
-    signal no longer raises ``KeyboardInterrupt`` or ends the process at once.
+    Installs the handlers for this process (call it from the main thread). The first
+    signal sets the event (and ``signum``) and, with ``log``, says that the process
+    stops after the current step. With ``impatient`` a second signal raises
+    ``KeyboardInterrupt`` where the main thread is, a blocked socket read included;
+    without it, later signals are ignored as the first was.
     """
-    stop = threading.Event()
+    stop = StopSignal()
 
     def handle(signum: int, frame: object) -> None:
+        if stop.is_set() and impatient:
+            raise KeyboardInterrupt
+        if stop.is_set():
+            return
+        stop.signum = signum
         stop.set()
+        if log is not None:
+            again = "; send it again to stop at once" if impatient else ""
+            log(f"{signal.Signals(signum).name}: stopping after the current delivery{again}")
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
@@ -98,6 +176,26 @@ def stop_on_signals() -> threading.Event:
 
 
 # --- Sending over HTTP --------------------------------------------------------------
+
+
+def _excerpt(body: bytes) -> str:
+    """The start of a response body as one line of text."""
+    text = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
+    return " ".join(text.split())[:EXCERPT_CHARS]
+
+
+def with_cause(error: BaseException, cause: Cause) -> BaseException:
+    """``error`` with ``cause`` attached (read back by ``cause_of``)."""
+    error.courier_cause = cause  # type: ignore[attr-defined]
+    return error
+
+
+def cause_of(error: BaseException) -> Cause:
+    """The ``Cause`` attached to ``error``, else its class and message."""
+    cause = getattr(error, "courier_cause", None)
+    if isinstance(cause, Cause):
+        return cause
+    return Cause("exception", f"{type(error).__name__}: {error}"[:EXCERPT_CHARS])
 
 
 def classify_status(status: int) -> bool:
@@ -130,6 +228,9 @@ class HttpSend:
     mean the work was not done, only that the answer was lost.
     """
 
+    last_cause: Cause | None = None
+    """The cause of the last call's answer (a 2xx included), for the attempt log."""
+
     def __init__(self, url: str, owner: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"'url' must be an http:// or https:// URL, got {url!r}")
@@ -151,16 +252,38 @@ class HttpSend:
             method="POST",
             headers={"Content-Type": "application/json", "X-Courier": self.owner},
         )
+        self.last_cause = None
         try:
             with self._opener.open(request, timeout=self.timeout_s) as response:
-                response.read(MAX_RESPONSE_BYTES)
+                body = response.read(MAX_RESPONSE_BYTES)
                 status: int = response.status
         except urllib.error.HTTPError as error:
             status = error.code
+            try:
+                body = error.read(MAX_RESPONSE_BYTES)
+            except (OSError, http.client.HTTPException):
+                body = b""
             error.close()
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            raise worker.Retryable(f"no answer from {self.url}: {error}") from error
-        return classify_status(status)
+            cause = _failure_cause(error)
+            self.last_cause = cause
+            raise with_cause(
+                worker.Retryable(f"no answer from {self.url}: {cause.detail}"), cause
+            ) from error
+        self.last_cause = Cause("answer", _excerpt(body), status)
+        try:
+            return classify_status(status)
+        except (worker.Retryable, worker.Permanent) as refusal:
+            raise with_cause(refusal, self.last_cause) from None
+
+
+def _failure_cause(error: BaseException) -> Cause:
+    """A request that got no answer: a timeout or a connection error, with the reason."""
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, TimeoutError):
+        return Cause("timeout", f"no answer within the timeout ({reason})"[:EXCERPT_CHARS])
+    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else reason
+    return Cause("connection", str(text)[:EXCERPT_CHARS])
 
 
 # --- The crash drill ----------------------------------------------------------------
@@ -186,7 +309,7 @@ class StallAfterAcks:
     """
 
     send: Send
-    queue_path: Path
+    queue_path: Target
     owner: str
     after_acks: int
     report_path: Path
@@ -221,22 +344,24 @@ class StallAfterAcks:
 
 @dataclass(frozen=True)
 class Limits:
-    """When a courier stops. ``max_runs`` and ``max_seconds`` always bound it.
+    """When a courier stops. ``max_runs`` and ``max_seconds`` bound it unless ``None``.
 
-    ``max_idle_ms``: stop once nothing was claimable for that long (``None``: never).
-    ``until_drained``: stop as soon as nothing is claimable and no job is pending or
-    leased any more.
+    ``None`` for both is a courier that runs until it is stopped (a service
+    manager's SIGTERM). ``max_idle_ms``: stop once nothing was claimable for that
+    long (``None``: never). ``until_drained``: stop as soon as nothing is claimable
+    and no job is pending or leased any more.
     """
 
-    max_runs: int = 10_000
-    max_seconds: float = 60.0
+    max_runs: int | None = 10_000
+    max_seconds: float | None = 60.0
     max_idle_ms: int | None = None
     until_drained: bool = False
 
     def __post_init__(self) -> None:
-        if type(self.max_runs) is not int or not 1 <= self.max_runs <= 10**7:
-            raise ValueError(f"'max_runs' must be an int in 1..10**7, got {self.max_runs!r}")
-        if not 0 < self.max_seconds <= 86_400:
+        runs = self.max_runs
+        if runs is not None and (type(runs) is not int or not 1 <= runs <= 10**7):
+            raise ValueError(f"'max_runs' must be an int in 1..10**7, got {runs!r}")
+        if self.max_seconds is not None and not 0 < self.max_seconds <= 86_400:
             raise ValueError(f"'max_seconds' must be in (0, 86400], got {self.max_seconds!r}")
         if self.max_idle_ms is not None and not 0 <= self.max_idle_ms <= 86_400_000:
             raise ValueError(f"'max_idle_ms' must be in 0..86400000, got {self.max_idle_ms!r}")
@@ -262,6 +387,69 @@ def is_busy(error: sqlite3.Error) -> bool:
     return "locked" in str(error) or "busy" in str(error)
 
 
+def is_transient(error: BaseException) -> bool:
+    """True for an error a courier waits out: a busy SQLite file, or a PostgreSQL
+    server it lost or cannot reach for now (a restart, a failover)."""
+    if isinstance(error, sqlite3.OperationalError):
+        return is_busy(error)
+    if isinstance(error, backend.Unreachable):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(error, psycopg.OperationalError)
+
+
+class PgRounds:
+    """``run_courier``'s step on PostgreSQL: ``pgworker.run_once`` on one kept connection.
+
+    ``now_ms`` is the server's clock read on that connection: the courier's time
+    base (rule 1). A lost connection is closed and made again on the next use.
+    """
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._con: Any = None
+
+    def connection(self) -> Any:
+        """The kept connection, made (and checked to hold a queue) when needed."""
+        if self._con is None or self._con.closed:
+            self._con = backend.connect_existing(self.conninfo)
+        return self._con
+
+    def _guarded(self, action: Callable[[Any], Any]) -> Any:
+        try:
+            return action(self.connection())
+        except BaseException as error:
+            if is_transient(error):
+                self.close()
+            raise
+
+    def now_ms(self) -> int:
+        """The server's clock in milliseconds (see ``backend.server_clock_ms``)."""
+        now: int = self._guarded(backend.server_clock_ms)
+        return now
+
+    def __call__(
+        self,
+        target: Any,
+        owner: str,
+        clock: Callable[[], int],
+        send: Send,
+        jitter: float,
+        lease_ms: int,
+    ) -> dict[str, Any] | None:
+        pgworker = backend.queue_module(self.conninfo)
+        result: dict[str, Any] | None = self._guarded(
+            lambda con: pgworker.run_once(con, owner, clock, send, jitter, lease_ms)
+        )
+        return result
+
+    def close(self) -> None:
+        """Close the kept connection, if any."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
 def _pause(seconds: float, stop: threading.Event) -> None:
     """Sleep ``seconds`` in short slices, returning early once ``stop`` is set."""
     until = time.monotonic() + seconds
@@ -277,22 +465,70 @@ def _backoff_ms(streak: int, rng: Callable[[], float]) -> int:
     return worker.retry_delay(min(streak, 16), IDLE_BASE_MS, IDLE_CAP_MS, 0.5 + rng() / 2)
 
 
-def _drained(path: Path) -> bool:
-    """True if no job is pending or leased; a busy file counts as not drained yet."""
+def _drained(target: Target, rounds: PgRounds | None) -> bool:
+    """True if no job is pending or leased; a busy or unreachable queue is not drained yet."""
     try:
-        con = connect_existing(path)
+        if rounds is not None:
+            return bool(rounds._guarded(unfinished_count) == 0)
+        con = connect_existing(target)
         try:
             return unfinished_count(con) == 0
         finally:
             con.close()
-    except sqlite3.OperationalError as error:
-        if not is_busy(error):
+    except Exception as error:
+        if not is_transient(error):
             raise
         return False
 
 
+_OUTCOMES = {"done": "ok", "pending": "retry", "dead": "retry", "stale": "retry"}
+
+
+def _outcome(result: dict[str, Any], cause: Cause | None) -> str:
+    """How the round's answer was classified (the cause says; else the status does)."""
+    if cause is None or cause.kind == "exception":
+        return "ok" if result["status"] == "done" else _OUTCOMES[result["status"]]
+    if cause.kind == "answer" and cause.http_status is not None:
+        status = cause.http_status
+        if 200 <= status <= 299:
+            return "ok"
+        return "retry" if status in RETRYABLE_4XX or 500 <= status <= 599 else "permanent"
+    return "retry"
+
+
+class _Watched:
+    """``send`` with the cause of its last call kept (from ``HttpSend`` or an exception)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.cause: Cause | None = None
+        self.event: dict[str, Any] | None = None
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        self.cause, self.event = None, dict(event)
+        try:
+            acked = self.send(event)
+        except BaseException as error:
+            self.cause = cause_of(error)
+            raise
+        self.cause = _last_cause(self.send)
+        return acked
+
+
+def _last_cause(send: Any) -> Cause | None:
+    """The ``last_cause`` of ``send`` or of the send it wraps (a drill's), if any."""
+    for _ in range(4):
+        cause = getattr(send, "last_cause", None)
+        if isinstance(cause, Cause):
+            return cause
+        send = getattr(send, "send", None)
+        if send is None:
+            return None
+    return None
+
+
 def run_courier(
-    path: Path,
+    path: Target,
     owner: str,
     send: Send,
     *,
@@ -302,53 +538,125 @@ def run_courier(
     log: Log = _print,
     rng: Callable[[], float] = random.random,
     step: Step = worker.run_file,
+    attempts: AttemptSink | None = None,
 ) -> CourierReport:
-    """Deliver jobs from the queue file at ``path`` until a limit or ``stop`` says so.
+    """Deliver jobs from the queue at ``path`` until a limit or ``stop`` says so.
 
-    Each round is one ``worker.run_file(path, owner, clock_ms, send, rng(), lease_ms)``
-    (or ``step`` with the same arguments, for drills that wrap it).
-    A result is logged and kept; ``None`` (nothing claimable) and a busy database
-    lead to a jittered pause of at most ``IDLE_CAP_MS``. Stops with ``stop_reason``
-    ``max-runs``, ``max-seconds``, ``idle``, ``drained`` or ``stopped``.
+    ``path`` is a queue file's path or a PostgreSQL conninfo (``courier.backend``).
+    On a file each round is one ``worker.run_file(path, owner, clock_ms, send,
+    rng(), lease_ms)`` (or ``step`` with the same arguments, for drills that wrap
+    it); on PostgreSQL one ``PgRounds`` round, on the server's clock. A result is
+    logged and kept, and each attempt goes to ``attempts`` (if given); ``None``
+    (nothing claimable) and a busy or unreachable queue lead to a jittered pause
+    of at most ``IDLE_CAP_MS``. Stops with ``stop_reason`` ``max-runs``,
+    ``max-seconds``, ``idle``, ``drained`` or ``stopped``.
 
     Raises:
         FileNotFoundError: there is no queue file at ``path``.
         ValueError: a malformed argument (from ``worker``).
-        Anything else ``run_file`` raises except a busy database (e.g. an
+        Anything else the round raises except a busy or unreachable queue (e.g. an
         unexpected error from ``send``, which leaves its job leased).
     """
     limits = limits or Limits()
     stop = stop or threading.Event()
+    rounds = PgRounds(str(path)) if backend.is_conninfo(path) else None
+    clock = clock_ms if rounds is None else rounds.now_ms
+    if rounds is not None and step is worker.run_file:
+        step = rounds
+    watched = _Watched(send)
+    try:
+        return _loop(
+            path, owner, watched, lease_ms, limits, stop, log, rng, step, clock, rounds, attempts
+        )
+    finally:
+        if rounds is not None:
+            rounds.close()
+
+
+def _record(
+    attempts: AttemptSink | None,
+    path: Target,
+    owner: str,
+    at_ms: Callable[[], int],
+    result: dict[str, Any] | None,
+    watched: _Watched,
+    log: Log,
+) -> None:
+    """Hand one attempt to ``attempts``; a failing log costs a line, never the courier."""
+    if attempts is None or watched.event is None:
+        return
+    try:
+        if result is not None:
+            attempt = Attempt(
+                result["id"],
+                result["token"],
+                owner,
+                at_ms(),
+                _outcome(result, watched.cause),
+                result["status"],
+                watched.cause,
+            )
+        else:  # send raised something unexpected: the job stays leased
+            ticket = leased_ticket(path, watched.event["id"], owner)
+            token = None if ticket is None else ticket["token"]
+            attempt = Attempt(
+                watched.event["id"], token, owner, at_ms(), "error", "leased", watched.cause
+            )
+        attempts.record(attempt)
+    except Exception as error:
+        log(f"{owner}: could not record the attempt ({type(error).__name__}: {error})")
+
+
+def _loop(
+    path: Target,
+    owner: str,
+    watched: _Watched,
+    lease_ms: int,
+    limits: Limits,
+    stop: threading.Event,
+    log: Log,
+    rng: Callable[[], float],
+    step: Step,
+    clock: Callable[[], int],
+    rounds: PgRounds | None,
+    attempts: AttemptSink | None,
+) -> CourierReport:
     report = CourierReport(owner)
     started = time.monotonic()
     last_work = started
     streak = 0
-    for _ in range(limits.max_runs):
+    rounds_left = itertools.count() if limits.max_runs is None else range(limits.max_runs)
+    for _ in rounds_left:
         if stop.is_set():
             report.stop_reason = "stopped"
             return report
-        if time.monotonic() - started >= limits.max_seconds:
+        if limits.max_seconds is not None and time.monotonic() - started >= limits.max_seconds:
             report.stop_reason = "max-seconds"
             return report
         report.runs += 1
+        watched.event = None
         try:
-            result = step(path, owner, clock_ms, send, rng(), lease_ms)
-        except sqlite3.OperationalError as error:
-            if not is_busy(error):
+            result = step(path, owner, clock, watched, rng(), lease_ms)
+        except Exception as error:
+            if not is_transient(error):
+                if watched.event is not None and watched.cause is not None:
+                    _record(attempts, path, owner, clock, None, watched, log)
                 raise
             report.busy += 1
-            log(f"{owner}: queue busy ({error}); backing off")
+            what = "busy" if isinstance(error, sqlite3.Error) else "unreachable"
+            log(f"{owner}: queue {what} ({str(error).strip()}); backing off")
             streak += 1
             _pause(_backoff_ms(streak, rng) / 1000, stop)
             continue
         if result is not None:
             report.results.append(result)
-            log(f"{owner}: {result['id']} token={result['token']} -> {result['status']}")
+            _record(attempts, path, owner, clock, result, watched, log)
+            log(_result_line(owner, result, watched.cause))
             last_work = time.monotonic()
             streak = 0
             continue
         report.idle += 1
-        if limits.until_drained and _drained(path):
+        if limits.until_drained and _drained(path, rounds):
             report.stop_reason = "drained"
             return report
         idle_ms = (time.monotonic() - last_work) * 1000
@@ -359,3 +667,22 @@ def run_courier(
         _pause(_backoff_ms(streak, rng) / 1000, stop)
     report.stop_reason = "max-runs"
     return report
+
+
+def _result_line(owner: str, result: dict[str, Any], cause: Cause | None) -> str:
+    """``c1: order-1 token=1 -> pending`` and, unless it was done, why."""
+    line = f"{owner}: {result['id']} token={result['token']} -> {result['status']}"
+    if cause is None or result["status"] == "done":
+        return line
+    return f"{line} ({describe_cause(cause)})"
+
+
+def describe_cause(cause: Cause) -> str:
+    """A cause in one line: ``HTTP 409: {...}``, ``timeout: ...``, ``connection: ...``."""
+    if cause.kind == "answer":
+        return (
+            f"HTTP {cause.http_status}: {cause.detail}"
+            if cause.detail
+            else f"HTTP {cause.http_status}"
+        )
+    return f"{cause.kind}: {cause.detail}"

@@ -1,0 +1,208 @@
+"""The operator CLI on PostgreSQL: a conninfo or URL in place of the queue file's path.
+
+Real server (``tests/postgres.py``), real courier child processes, real HTTP. The
+commands read and write the same tables as on SQLite; the courier judges leases on
+the server's clock, whatever the host's clock says; a conninfo that cannot connect
+fails in one line that names the host and hides the password.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo as libpq
+
+import pgworker
+from courier import backend, runner
+from courier.attempts import attempts_of
+from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from courier.procs import Children, courier_command, project_root
+from courier.receiver import Receiver
+from courier.runner import HttpSend, Limits, run_courier
+
+WAIT_S = 20.0
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_url(conninfo: str) -> str:
+    """The same database as a ``postgresql://`` URL (a socket folder goes in ``host=``)."""
+    params = libpq.conninfo_to_dict(conninfo)
+    query = urllib.parse.urlencode({"host": params["host"]}) if "host" in params else ""
+    user = f"{params['user']}@" if "user" in params else ""
+    port = f":{params['port']}" if "port" in params else ""
+    return f"postgresql://{user}{port}/{params['dbname']}?{query}"
+
+
+def server_now(conninfo: str) -> int:
+    with psycopg.connect(conninfo, autocommit=True) as con:
+        return backend.server_clock_ms(con)
+
+
+def test_targets_are_told_apart(tmp_path: Path) -> None:
+    assert backend.is_conninfo("postgresql://u@h/db") and backend.is_conninfo("postgres://h/db")
+    assert backend.is_conninfo("host=/tmp dbname=orders")
+    assert not backend.is_conninfo("q.sqlite") and not backend.is_conninfo(tmp_path / "q")
+    odd = tmp_path / "host=1.sqlite"
+    odd.write_bytes(b"")
+    assert not backend.is_conninfo(str(odd)), "an existing file is a file, whatever its name"
+    assert not backend.is_conninfo("colour=blue")
+
+
+def test_commands_work_on_a_conninfo_and_on_a_url(
+    pg_conninfo: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = as_url(pg_conninfo)
+    assert run_cli(capsys, "init", url)[:2] == (
+        EXIT_OK,
+        f"queue {backend.describe(url)} ready: 0 jobs\n",
+    )
+    code, out, _ = run_cli(capsys, "enqueue", url, "order-1", "3")
+    assert code == EXIT_OK and out.startswith("enqueued order-1 qty=3 (True")
+    assert run_cli(capsys, "enqueue", pg_conninfo, "order-1", "4")[0] == EXIT_ERROR
+    code, out, _ = run_cli(capsys, "status", pg_conninfo, "--json")
+    status = json.loads(out)
+    assert status["counts"] == {"pending": 1, "leased": 0, "done": 0, "dead": 0}
+    assert status["next_due"]["id"] == "order-1"
+    # enqueue took the server's clock as now: the job became available at server time
+    assert abs(status["next_due"]["available_at"] - server_now(pg_conninfo)) < 60_000
+    code, out, _ = run_cli(capsys, "jobs", url, "--status", "pending", "--json")
+    assert [job["id"] for job in json.loads(out)] == ["order-1"]
+
+
+def test_redrive_and_show_on_postgres(pg_conninfo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    con = pgworker.open_queue(pg_conninfo)
+    try:
+        now = backend.server_clock_ms(con)
+        pgworker.enqueue(con, {"id": "broken", "qty": 2}, now, 60_000, 1)
+        ticket = pgworker.claim(con, "c1", now)
+        assert ticket is not None
+        assert pgworker.finish(con, ticket, "permanent", now) == "dead"
+    finally:
+        con.close()
+    code, out, _ = run_cli(capsys, "redrive", pg_conninfo, "broken", "--note", "ticket-1")
+    assert code == EXIT_OK
+    audit = json.loads(out.splitlines()[1].removeprefix("audit row: "))
+    assert (audit["id"], audit["token"], audit["note"]) == ("broken", 1, "ticket-1")
+    code, out, _ = run_cli(capsys, "show", pg_conninfo, "broken", "--json")
+    shown = json.loads(out)
+    assert shown["job"]["status"] == "pending"
+    assert [row["seq"] for row in shown["redrives"]] == [audit["seq"]]
+    code, out, _ = run_cli(capsys, "redrives", pg_conninfo, "--json")
+    assert [row["note"] for row in json.loads(out)] == ["ticket-1"]
+
+
+def test_an_unreachable_server_is_one_line_naming_the_host_never_the_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = "postgresql://operator:s3cret-pw@127.0.0.1:1/orders"
+    for argv in (["status", url], ["init", url], ["dead", url, "--json"]):
+        code, out, err = run_cli(capsys, *argv)
+        assert (code, out) == (EXIT_ERROR, "")
+        assert (
+            err.startswith("courier: error: cannot connect to PostgreSQL") and err.count("\n") == 1
+        )
+        assert "'127.0.0.1'" in err and "'orders'" in err
+        assert "s3cret-pw" not in err
+
+
+def test_a_database_without_the_queue_tables_is_refused_and_left_alone(
+    pg_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conninfo = pg_server.fresh_database()
+    try:
+        with psycopg.connect(conninfo, autocommit=True) as con:
+            con.execute("DROP TABLE jobs, redrives")
+        code, _, err = run_cli(capsys, "status", conninfo)
+        assert code == EXIT_USAGE and "holds no queue" in err
+        with psycopg.connect(conninfo, autocommit=True) as con:
+            assert con.execute("SELECT to_regclass('jobs')").fetchone() == (None,)
+    finally:
+        pg_server.drop(conninfo)
+
+
+def test_the_courier_judges_leases_on_the_servers_clock(
+    pg_conninfo: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose clock says 1970 still delivers: every time comes from the server."""
+    con = pgworker.open_queue(pg_conninfo)
+    try:
+        assert pgworker.enqueue(con, {"id": "a", "qty": 1}, backend.server_clock_ms(con), 30_000)
+    finally:
+        con.close()
+    monkeypatch.setattr(runner, "clock_ms", lambda: 1)
+    before = server_now(pg_conninfo)
+    report = run_courier(
+        pg_conninfo,
+        "c1",
+        HttpSend(receiver.url, "c1"),
+        limits=Limits(max_seconds=WAIT_S, until_drained=True),
+        log=lambda line: None,
+    )
+    assert report.stop_reason == "drained"
+    assert report.results == [{"id": "a", "token": 1, "status": "done"}]
+    with psycopg.connect(pg_conninfo, autocommit=True) as check:
+        (available_at,) = check.execute("SELECT available_at FROM jobs").fetchall()[0]
+    assert before <= available_at <= server_now(pg_conninfo)  # finish's time: the server's
+
+
+def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
+    tmp_path: Path, pg_conninfo: str, children: Children, capsys: pytest.CaptureFixture[str]
+) -> None:
+    con = pgworker.open_queue(pg_conninfo)
+    try:
+        now = backend.server_clock_ms(con)
+        assert pgworker.enqueue(con, {"id": "fine", "qty": 1}, now, 30_000)
+        assert pgworker.enqueue(con, {"id": "refused", "qty": 2}, now, 30_000)
+    finally:
+        con.close()
+    with Receiver(tmp_path / "inbox.sqlite") as receiver:
+        assert HttpSend(receiver.url, "seed")({"id": "refused", "qty": 9}) is True  # qty 2: 409
+        log = tmp_path / "c1.log"
+        argv = ["run", pg_conninfo, "--url", receiver.url, "--owner", "c1", "--until-drained"]
+        proc = children.start(courier_command(*argv, "--max-seconds", str(WAIT_S)), log)
+        assert proc.wait(timeout=WAIT_S + 10) == 0, log.read_text()
+    text = log.read_text()
+    assert "(the server's clock)" in text
+    assert "refused token=1 -> dead (HTTP 409:" in text
+    (attempt,) = attempts_of(pg_conninfo, "refused")
+    assert (attempt["owner"], attempt["token"], attempt["outcome"], attempt["status"]) == (
+        "c1",
+        1,
+        "permanent",
+        "dead",
+    )
+    assert (attempt["kind"], attempt["http_status"]) == ("answer", 409)
+    assert "conflict" in attempt["detail"]
+    code, out, _ = run_cli(capsys, "dead", pg_conninfo)
+    assert code == EXIT_OK
+    assert "HTTP 409" in out and "by c1, token 1" in out
+
+
+def test_demo_on_postgres_tells_the_same_story() -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        courier_command("demo", "--backend", "postgres"),
+        cwd=project_root(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on an embedded PostgreSQL server" in done.stdout
+    assert "c1 killed by SIGKILL" in done.stdout
+    assert "receiver: 9 HTTP requests, 8 effects, 8 inbox rows" in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("OK in ")
+    assert time.monotonic() - started < 60
