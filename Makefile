@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo fuzz mutants diagram explore bench bench-postgres clean
+.PHONY: test demo fuzz mutants diagram explore bench bench-postgres bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,15 @@ bench: $(BENCH_STAMP)
 ## bench-postgres: PostgreSQL beside SQLite on the same disk (a few minutes), rendered into docs/postgres.md
 bench-postgres: $(STAMP)
 	$(PY) -m bench.postgres --json docs/postgres.json --doc docs/postgres.md
+
+## bench-peers: pgworker beside procrastinate and pgqueuer on one PostgreSQL server (about 4 min), rendered into docs/postgres.md
+PEERS_STAMP := $(VENV)/.installed-peers
+$(PEERS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,peers]'
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PY) -m bench.postgres_peers --json docs/postgres-peers.json --doc docs/postgres.md
 
 ## mutants: mutation testing of worker.py against the stateful suite alone (about 16 min on 2 cores)
 mutants: $(STAMP)
