@@ -11,7 +11,8 @@ queue file). The rules it keeps:
    transaction with ``synchronous=FULL``, and only then answers ``200``.
 2. The same id with the same qty is a duplicate: ``200`` with ``"duplicate": true`` and
    no second effect. The same id with another qty is ``409`` and changes nothing.
-3. Bad input gets a specific 4xx with a JSON body ``{"error": <code>, "detail": <text>}``
+3. Bad input (any method but the route's own, ``HEAD`` and ``OPTIONS`` included)
+   gets a specific 4xx with a JSON body ``{"error": <code>, "detail": <text>}``
    and changes neither the inbox nor the effects: ``404`` unknown path, ``405`` wrong
    method, ``411`` no ``Content-Length`` (or a chunked body), ``400`` malformed
    ``Content-Length``, short body, bad ``X-Courier`` header or a body that is not
@@ -138,6 +139,7 @@ INBOX_SCHEMA = (
 )
 _COUNT_INBOX_TABLES = """SELECT count(*) FROM sqlite_master
   WHERE type = 'table' AND name IN ('inbox', 'effects', 'requests')"""
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _SELECT_INBOX_QTY = "SELECT qty FROM inbox WHERE id = ?"
 _INSERT_INBOX = "INSERT INTO inbox (id, qty, sender, received_at_ms) VALUES (?, ?, ?, ?)"
 _INSERT_EFFECT = "INSERT INTO effects (id, qty, at_ms) VALUES (?, ?, ?)"
@@ -178,6 +180,7 @@ class Inbox:
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
         if create:
+            self._refuse_other_files()
             self._write(lambda con: [con.execute(sql) for sql in INBOX_SCHEMA])
             return
         if not self.path.is_file():
@@ -185,6 +188,28 @@ class Inbox:
         tables = self._read(lambda con: con.execute(_COUNT_INBOX_TABLES).fetchone()[0])
         if tables != len(INBOX_SCHEMA):
             raise ValueError(f"{str(self.path)!r} is not an inbox file")
+
+    def _refuse_other_files(self) -> None:
+        """Refuse to add the inbox tables to a file that holds other tables (a queue file).
+
+        A new or empty file, or an existing inbox, is fine; anything else is
+        ``ValueError`` naming the file, and is left as it was.
+        """
+        if self.path.is_dir():
+            raise IsADirectoryError(f"{str(self.path)!r} is a directory, not an inbox file")
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        try:
+            names = {name for (name,) in self._read(lambda con: con.execute(_TABLES).fetchall())}
+        except sqlite3.DatabaseError as error:
+            raise ValueError(f"{str(self.path)!r} is not an inbox file ({error})") from None
+        others = sorted(names - {"inbox", "effects", "requests", "sqlite_sequence"})
+        if others:
+            what = " (a queue file: the inbox must be a file of its own)" if "jobs" in names else ""
+            raise ValueError(
+                f"{str(self.path)!r} is not an inbox file: it holds the tables "
+                f"{', '.join(others)}{what}"
+            )
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
@@ -419,6 +444,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._dispatch()
 
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the stdlib's stderr access log; ``_dispatch`` logs instead."""
 
@@ -561,7 +592,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         answer = {"id": delivery_id, "qty": qty, "duplicate": verdict == "duplicate"}
         self._reply(HTTPStatus.OK, answer)
-        self._log(f"{request.method} {request.path} 200 {verdict} {delivery_id} from {sender}")
+        who = "an unnamed sender (no X-Courier header)" if sender is None else sender
+        self._log(f"{request.method} {request.path} 200 {verdict} {delivery_id} from {who}")
 
     def _reply_problem(self, problem: Problem, request: RequestLine) -> None:
         headers: dict[str, str] = {}
@@ -581,7 +613,8 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # a HEAD answer has the headers of a GET's, no body
+            self.wfile.write(body)
 
     def _log(self, line: str) -> None:
         if self._receiver.log is not None:

@@ -6,12 +6,16 @@ Commands that do not install signal handlers run in-process through ``main``;
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +30,16 @@ COMMANDS = [
     "init",
     "enqueue",
     "status",
+    "jobs",
+    "show",
     "dead",
+    "redrives",
     "redrive",
     "serve",
     "inbox",
     "audit",
     "run",
+    "web",
     "demo",
 ]
 WAIT_S = 20.0
@@ -299,3 +307,278 @@ def test_demo_runs_as_a_fresh_process_and_passes(tmp_path: Path) -> None:
     assert "receiver: 9 HTTP requests, 8 effects, 8 inbox rows" in done.stdout
     assert done.stdout.rstrip().splitlines()[-1].startswith("OK in ")
     assert time.monotonic() - started < 30
+
+
+# --- issue 17: the defects a new user met, each pinned -----------------------------------
+
+
+def queue_tables(path: Path) -> set[str]:
+    con = sqlite3.connect(path)
+    try:
+        return {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not a database at all" * 40, "inbox"])
+def test_run_refuses_a_file_that_is_not_a_queue_and_leaves_it_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | str
+) -> None:
+    target = tmp_path / "other.sqlite"
+    if content == "inbox":
+        Inbox(target)
+    else:
+        assert isinstance(content, bytes)
+        target.write_bytes(content)
+    before = target.read_bytes()
+    argv = ["run", target, "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"]
+    code, _, err = run_cli(capsys, *argv, "--max-seconds", "1")
+    assert code == EXIT_USAGE and "is not a queue file" in err and str(target) in err
+    assert target.read_bytes() == before
+
+
+def test_serve_refuses_to_put_its_inbox_into_a_queue_file(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = queue_tables(queue)
+    code, _, err = run_cli(capsys, "serve", queue, "--max-seconds", "1")
+    assert code == EXIT_USAGE and "a queue file" in err and err.count("\n") == 1
+    assert queue_tables(queue) == before
+
+
+def test_a_send_timeout_not_below_the_lease_is_refused_with_the_reason(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", queue, "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"]
+    code, out, err = run_cli(capsys, *argv, "--lease-ms", "1000", "--timeout-ms", "3000")
+    assert (code, out) == (EXIT_USAGE, "")
+    assert "unsafe: --timeout-ms 3000 is not below --lease-ms 1000" in err
+    assert "send it again" in err
+    assert run_cli(capsys, *argv, "--lease-ms", "1000", "--timeout-ms", "1000")[0] == EXIT_USAGE
+
+
+def test_reenqueueing_a_done_or_dead_job_says_what_it_is(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_dead_job(queue)
+    code, out, _ = run_cli(capsys, "enqueue", queue, "broken", "2")
+    assert code == EXIT_OK and "already known broken qty=2: the job is dead" in out
+    assert "already queued" not in out and "redrive it" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["init", "{folder}"], "is a directory"),
+        (["init", "{nowhere}/q.sqlite"], "no folder"),
+        (["init", "{garbage}"], "{garbage}"),
+        (["status", "{garbage}"], "{garbage}"),
+        (["enqueue", "{queue}", "a", "-1"], "qty must be a whole number in 1..1000, got -1"),
+        (["enqueue", "{queue}", "bad id", "1"], "job id must be 1-64 ASCII letters"),
+        (["enqueue", "{queue}", "a", "1", "--ttl-ms", "60"], "60 seconds write 60000"),
+        (["redrive", "{queue}", "ghost", "--note", "n"], "no job 'ghost'"),
+    ],
+)
+def test_errors_name_the_file_and_speak_the_clis_words(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database, just bytes" * 100)
+    names = {
+        "folder": tmp_path,
+        "nowhere": tmp_path / "nowhere",
+        "garbage": garbage,
+        "queue": queue,
+    }
+    code, _, err = run_cli(capsys, *(arg.format(**names) for arg in argv))
+    assert code == EXIT_USAGE and err.count("\n") == 1, err
+    assert words.format(**names) in err, err
+    assert "that is a" not in err, "the library's message showed through"
+
+
+@pytest.mark.parametrize("qty", ["\u0663", "1_0", "+7", " 3"])
+def test_qty_is_ascii_digits_only(
+    queue: Path, capsys: pytest.CaptureFixture[str], qty: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["enqueue", str(queue), "a", qty])
+    assert exit_info.value.code == EXIT_USAGE
+    assert "not a whole number" in capsys.readouterr().err
+
+
+def test_serve_on_a_busy_port_names_the_port(
+    tmp_path: Path, receiver_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(
+        capsys,
+        "serve",
+        tmp_path / "inbox.sqlite",
+        "--port",
+        str(receiver_port),
+        "--max-seconds",
+        "1",
+    )
+    assert code == EXIT_ERROR and f"port {receiver_port}" in err and err.count("\n") == 1
+
+
+@pytest.fixture
+def receiver_port(tmp_path: Path) -> Iterator[int]:
+    from courier.receiver import Receiver
+
+    with Receiver(tmp_path / "busy-inbox.sqlite") as busy:
+        yield busy.port
+
+
+def test_inbox_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    inbox = Inbox(tmp_path / "inbox.sqlite")
+    for n in range(3000):
+        inbox.deliver(f"id-{n}", 1, None, RequestLine("POST", "/deliveries"))
+    done = subprocess.run(
+        f"{' '.join(courier_command('inbox', tmp_path / 'inbox.sqlite'))} | head -1",
+        shell=True,
+        cwd=project_root(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.stdout.startswith("inbox ") and done.stdout.count("\n") == 1
+    assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "an unnamed sender" in run_inbox_text(tmp_path / "inbox.sqlite")
+
+
+def run_inbox_text(inbox: Path) -> str:
+    done = subprocess.run(
+        courier_command("inbox", inbox),
+        cwd=project_root(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout
+
+
+# --- issue 17: the commands operators expect ---------------------------------------------
+
+
+def test_bulk_enqueue_from_jsonl_stdin_and_csv_one_commit_per_chunk(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = "\n".join(json.dumps({"id": f"j-{n}", "qty": 1 + n % 5}) for n in range(25))
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines + "\n"))
+    code, out, _ = run_cli(capsys, "enqueue", queue, "--file", "-", "--chunk", "10")
+    assert code == EXIT_OK
+    assert (
+        "read 25 jobs: 25 enqueued, 0 already there (intake retries), 0 conflicts; 3 commits" in out
+    )
+    csv_file = tmp_path / "more.csv"
+    csv_file.write_text("id,qty\nj-0,1\nc-1,2\nj-1,9\n")
+    code, out, _ = run_cli(capsys, "enqueue", queue, "--file", csv_file)
+    assert code == EXIT_ERROR and "1 enqueued, 1 already there" in out and "j-1" in out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x-1", "qty": 1}\n{"id": "x-2", "qty": 0}\n')
+    code, _, err = run_cli(capsys, "enqueue", queue, "--file", bad)
+    assert code == EXIT_USAGE and "line 2: qty must be a whole number in 1..1000" in err
+    code, out, _ = run_cli(capsys, "jobs", queue, "--prefix", "x-", "--json")
+    assert json.loads(out) == [], "a bad file writes nothing"
+
+
+def test_jobs_filters_show_and_redrives(queue: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_dead_job(queue)
+    for job_id in ("keep-1", "keep-2", "other"):
+        run_cli(capsys, "enqueue", queue, job_id, "1")
+    code, out, _ = run_cli(capsys, "jobs", queue, "--prefix", "keep-", "--limit", "1", "--json")
+    assert [job["id"] for job in json.loads(out)] == ["keep-1"]
+    code, out, _ = run_cli(capsys, "jobs", queue, "--status", "dead", "--reason", "permanent")
+    assert "broken" in out and "1 jobs" in out and "Z)" in out  # ISO time beside the ms
+    run_cli(capsys, "redrive", queue, "broken", "--note", "ticket-9")
+    code, out, _ = run_cli(capsys, "show", queue, "broken", "--json")
+    shown = json.loads(out)
+    assert shown["job"]["status"] == "pending" and [r["note"] for r in shown["redrives"]] == [
+        "ticket-9"
+    ]
+    assert "attempts (0 recorded)" in run_cli(capsys, "show", queue, "broken")[1]
+    code, out, _ = run_cli(capsys, "redrives", queue, "--id", "broken", "--json")
+    assert code == EXIT_OK and [row["token"] for row in json.loads(out)] == [1]
+    assert run_cli(capsys, "show", queue, "ghost")[0] == EXIT_USAGE
+
+
+def test_bulk_redrive_writes_one_audit_row_per_job_of_the_reason(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    con = worker.open_queue(queue)
+    try:
+        now = clock_ms()
+        for n in range(4):
+            worker.enqueue(con, {"id": f"d-{n}", "qty": 1}, now, 60_000, 1)
+            ticket = worker.claim(con, "c1", now)
+            assert ticket is not None
+            outcome = "permanent" if n < 3 else "retry"
+            worker.finish(con, ticket, outcome, now)
+    finally:
+        con.close()
+    code, out, _ = run_cli(
+        capsys, "redrive", queue, "--all", "--reason", "permanent", "--note", "fixed-it"
+    )
+    assert code == EXIT_OK and "redriven 3 of 3 dead jobs with reason permanent" in out
+    rows = json.loads(run_cli(capsys, "redrives", queue, "--json")[1])
+    assert sorted(row["id"] for row in rows) == ["d-0", "d-1", "d-2"]
+    assert {row["note"] for row in rows} == {"fixed-it"}
+    assert [job["id"] for job in json.loads(run_cli(capsys, "dead", queue, "--json")[1])] == ["d-3"]
+
+
+def test_status_watch_redraws_and_every_reading_command_has_json(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cli(capsys, "enqueue", queue, "a", "1")
+    code, out, _ = run_cli(capsys, "status", queue, "--watch", "0.05", "--times", "3", "--json")
+    views = [json.loads(line) for line in out.splitlines()]
+    assert code == EXIT_OK and len(views) == 3 and views[0]["counts"]["pending"] == 1
+    Inbox(tmp_path / "inbox.sqlite")
+    for argv in (
+        ["status", queue],
+        ["jobs", queue],
+        ["show", queue, "a"],
+        ["dead", queue],
+        ["redrives", queue],
+        ["inbox", tmp_path / "inbox.sqlite"],
+        ["audit", queue, tmp_path / "inbox.sqlite", "--in-flight-ok"],
+    ):
+        code, out, _ = run_cli(capsys, *argv, "--json")
+        json.loads(out)
+
+
+def test_run_forever_has_no_day_cap_and_refuses_a_cap_beside_it(queue: Path) -> None:
+    from courier.cli import _run_limits, build_parser
+
+    args = build_parser().parse_args(
+        ["run", str(queue), "--url", "http://x/", "--owner", "c1", "--forever"]
+    )
+    limits = _run_limits(args)
+    assert (limits.max_runs, limits.max_seconds) == (None, None)
+    args.max_seconds = 5.0
+    with pytest.raises(ValueError, match="--forever"):
+        _run_limits(args)
+
+
+def test_the_readme_snippet_runs_as_printed(tmp_path: Path) -> None:
+    text = (project_root() / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Using the queue", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", snippet],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(project_root())},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "orders.sqlite").exists()
+
+
+def test_the_console_script_is_declared() -> None:
+    text = (project_root() / "pyproject.toml").read_text(encoding="utf-8")
+    assert '[project.scripts]\ncourier = "courier.cli:main"' in text

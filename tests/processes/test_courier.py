@@ -168,3 +168,91 @@ def test_sigterm_stops_a_courier_between_deliveries(
     courier.send_signal(signal.SIGTERM)
     assert courier.wait(timeout=WAIT_S) == 0, log.read_text()
     assert "stopped (stopped)" in log.read_text()
+
+
+def test_ctrl_c_during_a_hung_delivery_says_so_and_a_second_one_exits_130(
+    tmp_path: Path, children: Children
+) -> None:
+    queue = tmp_path / "queue.sqlite"
+    con = worker.open_queue(queue)
+    assert worker.enqueue(con, {"id": "slow", "qty": 1}, clock_ms(), 60_000)
+    con.close()
+    log = tmp_path / "c1.log"
+    with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=10_000) as hung:
+        argv = ["run", queue, "--url", hung.url, "--owner", "c1", "--lease-ms", "30000"]
+        courier = children.start(courier_command(*argv, "--max-seconds", str(WAIT_S)), log)
+        until = time.monotonic() + WAIT_S
+        while hung.inbox.summary()["requests"] == 0 and time.monotonic() < until:
+            time.sleep(0.02)  # the delivery is on its way: the receiver holds its answer
+        started = time.monotonic()
+        courier.send_signal(signal.SIGINT)
+        assert wait_for_text(log, "SIGINT: stopping after the current delivery", WAIT_S)
+        courier.send_signal(signal.SIGINT)
+        assert courier.wait(timeout=WAIT_S) == 130, log.read_text()
+        assert time.monotonic() - started < 5, "the second Ctrl-C did not stop it at once"
+    assert "interrupted" in log.read_text()
+
+
+def test_the_attempt_log_keeps_each_cause_in_a_sidecar_file(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    from courier.attempts import AttemptLog, attempts_of, sidecar_path
+
+    queue = tmp_path / "queue.sqlite"
+    con = worker.open_queue(queue)
+    now = clock_ms()
+    for job_id in ("a", "b"):
+        assert worker.enqueue(con, {"id": job_id, "qty": 1}, now, 30_000, 1)
+    con.close()
+    HttpSend(receiver.url, "seed")({"id": "b", "qty": 5})  # b with qty 1 is now a 409
+    attempts = AttemptLog(queue)
+    try:
+        report = run_courier(
+            queue,
+            "c1",
+            HttpSend(receiver.url, "c1"),
+            limits=Limits(max_seconds=WAIT_S, until_drained=True),
+            log=lambda line: None,
+            attempts=attempts,
+        )
+    finally:
+        attempts.close()
+    assert [r["status"] for r in report.results] == ["done", "dead"]
+    assert sidecar_path(queue).exists()
+    assert sqlite_tables(queue) == {"jobs", "redrives", "sqlite_sequence"}, "log kept outside"
+    (ok,) = attempts_of(queue, "a")
+    assert (ok["outcome"], ok["status"], ok["http_status"], ok["token"]) == ("ok", "done", 200, 1)
+    (refused,) = attempts_of(queue, "b")
+    assert (refused["outcome"], refused["status"], refused["kind"]) == (
+        "permanent",
+        "dead",
+        "answer",
+    )
+    assert refused["http_status"] == 409 and "conflict" in refused["detail"]
+    assert refused["owner"] == "c1" and refused["at_ms"] >= now
+
+
+def test_a_refused_connection_and_a_timeout_are_told_apart(tmp_path: Path) -> None:
+    with Receiver(tmp_path / "gone.sqlite") as gone:
+        url = gone.url
+    with pytest.raises(worker.Retryable) as refused:
+        HttpSend(url, "c1", timeout_ms=2000)({"id": "a", "qty": 1})
+    assert refused.value.courier_cause.kind == "connection"  # type: ignore[attr-defined]
+    with (
+        Receiver(tmp_path / "slow.sqlite", reply_delay_ms=1000) as slow,
+        pytest.raises(worker.Retryable) as late,
+    ):
+        HttpSend(slow.url, "c1", timeout_ms=200)({"id": "a", "qty": 1})
+    assert late.value.courier_cause.kind == "timeout"  # type: ignore[attr-defined]
+
+
+def sqlite_tables(path: Path) -> set[str]:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    try:
+        return {
+            name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+    finally:
+        con.close()
