@@ -1,10 +1,17 @@
-"""The soak's command line: ``python -m chaos [OPTIONS]`` (and ``python -m chaos courier``).
+"""The soak's command line: ``python -m chaos [OPTIONS]`` (and its courier children).
 
 Runs one soak (``chaos.run.run_soak``) in a temporary directory or ``--workdir``,
 prints the table and the JSON report, and exits 0 if every check holds, 1 if one
 failed, 2 for bad arguments. SIGTERM ends it as Ctrl-C does, so that every child is
-killed and reaped and the temporary files removed. ``courier`` as the first argument
-runs one of the soak's courier children instead (``chaos.child``; internal).
+killed and reaped and the temporary files removed. ``courier`` or ``pgcourier`` as
+the first argument runs one of the soak's courier children instead
+(``chaos.child``, ``chaos.pgchild``; internal).
+
+``--postgres`` runs the soak on a throwaway PostgreSQL server, each courier on a
+simulated host of its own (``chaos.hosts``) with partitions among the chaos.
+Where simulated hosts cannot be made (not root, no iproute2) or with
+``--loopback``, that part is skipped with a message saying why, and the couriers
+reach the server over loopback.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import chaos
+from chaos import hosts
 from chaos.child import courier_main
+from chaos.pgchild import pgcourier_main
 from chaos.report import render_table
 from chaos.run import Out, run_soak
 from chaos.schedule import Config
@@ -76,8 +85,29 @@ def build_parser() -> argparse.ArgumentParser:
         default="-",
         help="write the JSON report here (default -: print it)",
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="run on PostgreSQL, each courier on a simulated host that gets cut off "
+        "(default: a SQLite queue file)",
+    )
+    parser.add_argument(
+        "--loopback",
+        action="store_true",
+        help="with --postgres: no simulated hosts, the couriers connect over loopback",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     return parser
+
+
+def hosts_plan(postgres: bool, loopback: bool) -> tuple[bool, str | None]:
+    """Whether the run gets simulated hosts, and why not if it wanted them."""
+    if not postgres:
+        return False, None
+    if loopback:
+        return False, "--loopback"
+    reason = hosts.unavailable()
+    return reason is None, reason
 
 
 def _raise_on_sigterm() -> None:
@@ -104,20 +134,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["courier"]:
         return courier_main(arguments[1:])
+    if arguments[:1] == ["pgcourier"]:
+        return pgcourier_main(arguments[1:])
     args = build_parser().parse_args(arguments)
+    with_hosts, skipped = hosts_plan(args.postgres, args.loopback)
     try:
-        config = Config(**{name: getattr(args, name) for name, *_ in OPTIONS})
+        config = Config(
+            **{name: getattr(args, name) for name, *_ in OPTIONS},
+            backend="postgres" if args.postgres else "sqlite",
+            hosts=with_hosts,
+        )
     except ValueError as error:
         print(f"chaos: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     out: Out = (lambda line: None) if args.quiet else _print
     _raise_on_sigterm()
     out(
-        f"lease-queue chaos soak: seed {config.seed}, {config.couriers} couriers, "
-        f"{config.jobs} jobs, lease {config.lease_ms} ms"
+        f"lease-queue chaos soak on {config.backend}: seed {config.seed}, "
+        f"{config.couriers} couriers, {config.jobs} jobs, lease {config.lease_ms} ms"
     )
+    if skipped is not None:
+        _print(
+            f"simulated hosts skipped ({skipped}): the couriers reach PostgreSQL over "
+            "loopback and no host is cut off; the rest of the soak runs"
+        )
     with _workdir(args.workdir) as root:
-        report = run_soak(config, root, out)
+        report = run_soak(config, root, out, skipped)
     _print(render_table(report))
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.json == "-":

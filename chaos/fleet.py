@@ -5,6 +5,12 @@ else), under one lock, since the receiver's handler threads act on the sender of
 delivery while the main loop reaps and restarts. A chaos courier's own
 ``--max-seconds`` ends with its phase plus ``CHILD_MARGIN_S``, so it stops by
 itself even if the supervisor dies.
+
+With simulated hosts (``chaos.hosts.Hosts``) courier ``cN`` (and its healthy
+successor ``rN``) runs on host ``N`` (``ip netns exec``, which keeps the pid),
+and a partition cuts the host of the courier that sent a delivery the receiver
+just committed, so it is cut off while it holds that job's lease; the host is
+healed when its time is up, and every host is healed before the recovery.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.child import chaos_command, sender_pid
-from chaos.schedule import KILL_AFTER_COMMIT, ChaosEvent, Config, Drill, drill_for
+from chaos.hosts import Hosts
+from chaos.schedule import KILL_AFTER_COMMIT, PARTITION, ChaosEvent, Config, Drill, drill_for
 from chaos.tally import ChaosCounts
 from courier.procs import Children
 
@@ -64,22 +71,29 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float) -> None
 class Fleet:
     """The soak's couriers: chaos couriers ``c1..cN`` and, for recovery, healthy ``r1..rN``.
 
-    ``queue`` is the queue file, ``events`` and ``logs`` the folders for each
-    incarnation's event log and output, ``url`` the receiver's delivery URL.
+    ``queue`` is the queue file or conninfo the couriers get, ``events`` and
+    ``logs`` the folders for each incarnation's event log and output, ``url`` the
+    receiver's delivery URL, ``child`` the ``python -m chaos`` subcommand of a
+    courier (``courier`` on a file, ``pgcourier`` on PostgreSQL) and ``hosts``
+    the simulated hosts, if any.
     """
 
     def __init__(
         self,
         config: Config,
-        queue: Path,
+        queue: Path | str,
         events: Path,
         logs: Path,
         url: str,
         children: Children,
         counts: ChaosCounts,
+        child: str = "courier",
+        hosts: Hosts | None = None,
     ) -> None:
         self.config = config
         self.queue = queue
+        self.child = child
+        self.hosts = hosts
         self.events = events
         self.logs = logs
         self.url = url
@@ -94,6 +108,7 @@ class Fleet:
         self._restart_at: dict[str, float] = {}
         self._incarnations: Counter[str] = Counter()
         self._ends_at = time.monotonic()
+        self._heal_at: dict[int, float] = {}
 
     # Starting ---------------------------------------------------------------------
 
@@ -128,9 +143,11 @@ class Fleet:
         if drill is not None:
             options |= {"--drill": drill.name, "--drill-round": drill.round}
         flags = [part for pair in options.items() for part in pair]
-        argv = chaos_command("courier", self.queue, *flags)
+        argv = chaos_command(self.child, self.queue, *flags)
         if healthy:
             argv.append("--until-drained")
+        if self.hosts is not None:
+            argv = self.hosts.command(self.host_of(owner), argv)
         proc = self.children.start(argv, log)
         courier = CourierProcess(owner, index, incarnation, proc, events, log, drill, healthy)
         self.everyone.append(courier)
@@ -138,14 +155,29 @@ class Fleet:
         self.active[owner] = courier
         return courier
 
+    def host_of(self, owner: str) -> int:
+        """The simulated host (1-based) of ``owner`` (``cN`` and ``rN`` are on host ``N``)."""
+        count = self.hosts.count if self.hosts is not None else 1
+        return (int(owner[1:]) - 1) % count + 1
+
     # The main loop's tick -----------------------------------------------------------
 
     def tick(self, now: float) -> None:
-        """Reap exits, resume pauses that are due, restart couriers that are due."""
+        """Reap exits, resume pauses, heal hosts and restart couriers that are due."""
         with self._lock:
             self._reap(now)
             self._resume_due(now)
+            self._heal_due(now)
             self._restart_due(now)
+
+    def _heal_due(self, now: float, every: bool = False) -> None:
+        if self.hosts is None:
+            return
+        for host, at in list(self._heal_at.items()):
+            if every or now >= at:
+                del self._heal_at[host]
+                self.hosts.heal(host)
+                self.counts.heals += 1
 
     def _reap(self, now: float) -> None:
         for courier in list(self._live):
@@ -237,11 +269,12 @@ class Fleet:
             self._pause(courier, event, "random moment", now)
             return True
 
-    def act_on_sender(self, sender: str | None, event: ChaosEvent) -> bool:
-        """Kill or pause the courier process that sent a delivery the receiver just committed.
+    def act_on_sender(self, sender: str | None, event: ChaosEvent, job: str | None = None) -> bool:
+        """Kill, pause or cut off the courier that sent a delivery the receiver just committed.
 
         Called on a receiver handler thread, after the inbox commit and before the
         answer: the courier is waiting for it, so its ``finish`` has not happened.
+        ``job`` is the delivery's id.
         """
         pid = sender_pid(sender)
         now = time.monotonic()
@@ -251,9 +284,23 @@ class Fleet:
                 return False
             if event.kind == KILL_AFTER_COMMIT:
                 self._kill(courier, "after receiver commit")
+            elif event.kind == PARTITION:
+                return self._cut(courier, event, job, now)
             else:
                 self._pause(courier, event, "in flight", now)
             return True
+
+    def _cut(self, courier: CourierProcess, event: ChaosEvent, job: str | None, now: float) -> bool:
+        """Cut the host of ``courier`` off for ``event.duration_ms``; ``False`` if it is already."""
+        host = self.host_of(courier.owner)
+        if self.hosts is None or host in self._heal_at:
+            return False
+        self.hosts.cut(host)
+        self._heal_at[host] = now + event.duration_ms / 1000
+        self.counts.partitions.append(
+            {"owner": courier.owner, "host": host, "job": job, "duration_ms": event.duration_ms}
+        )
+        return True
 
     # Stopping ---------------------------------------------------------------------
 
@@ -263,6 +310,7 @@ class Fleet:
         with self._lock:
             self.restarting = False
             self._restart_at.clear()
+            self._heal_due(now, every=True)
             for courier in self._live:
                 if courier.stopped_until is not None:
                     self._resume(courier, now)

@@ -8,20 +8,19 @@ caps a ttl at 60 s). The last ``RESERVE_SHARE`` of the calls wait for ``release(
 the driver releases them once the first round of chaos has been played, so that
 deliveries are still flowing when each kind of chaos happens, however short the run.
 Every answer is checked against the plan (``new``, ``retry`` or ``conflict``).
+The queue is a ``chaos.store`` one (a SQLite file or a PostgreSQL database), and
+each enqueue's ``now_ms`` is that queue's clock.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import worker
 from chaos.schedule import IntakeOp
-from courier import queueview
-from courier.runner import clock_ms, is_busy
+from chaos.store import Store
 
 __all__ = ["Intake"]
 
@@ -31,9 +30,10 @@ RESERVE_SHARE = 0.1  # held back until the first round of chaos has been played
 
 
 class Intake:
-    """Feeds ``ops`` into the queue file at ``path`` for ``couriers`` couriers."""
+    """Feeds ``ops`` into the queue ``store`` for ``couriers`` couriers."""
 
-    def __init__(self, path: Path, ops: list[IntakeOp], couriers: int, jobs_per_s: float) -> None:
+    def __init__(self, store: Store, ops: list[IntakeOp], couriers: int, jobs_per_s: float) -> None:
+        self.store = store
         self.ops = ops
         self.backlog = couriers * BACKLOG_PER_COURIER
         self.jobs_per_s = jobs_per_s
@@ -44,7 +44,7 @@ class Intake:
         self.busy = 0
         self._next = 0
         self._limit = len(ops) - int(len(ops) * RESERVE_SHARE)
-        self._con = worker.open_queue(path)
+        self._con = store.connect()
 
     @property
     def done(self) -> bool:
@@ -61,7 +61,8 @@ class Intake:
         the file was busy (nothing is lost: the same call is tried again next time).
         """
         try:
-            unfinished = queueview.unfinished_count(self._con)
+            counts = self.store.status_counts(self._con)
+            unfinished = counts["pending"] + counts["leased"]
             paced = int((time.monotonic() - self._started) * self.jobs_per_s) + INTAKE_BATCH
             room = min(self.backlog - unfinished, INTAKE_BATCH, paced - self._next)
             for _ in range(max(0, room)):
@@ -69,8 +70,8 @@ class Intake:
                     break
                 unfinished += self._enqueue(self.ops[self._next])
                 self._next += 1
-        except sqlite3.OperationalError as error:
-            if not is_busy(error):
+        except Exception as error:
+            if not self.store.is_busy(error):
                 raise
             self.busy += 1
             return None
@@ -80,7 +81,8 @@ class Intake:
         """Make one planned enqueue call and check its answer; ``True`` for a new job."""
         event = {"id": op.job_id, "qty": op.qty}
         try:
-            added = worker.enqueue(self._con, event, clock_ms(), op.ttl_ms, op.max_attempts)
+            now_ms = self.store.now_ms(self._con)
+            added = self.store.module.enqueue(self._con, event, now_ms, op.ttl_ms, op.max_attempts)
             got = "new" if added else "retry"
         except worker.Conflict:
             got = "conflict"
@@ -94,18 +96,18 @@ class Intake:
     def status_counts(self) -> dict[str, int] | None:
         """Jobs per status, or ``None`` if the file stayed busy."""
         try:
-            return queueview.status_counts(self._con)
-        except sqlite3.OperationalError as error:
-            if not is_busy(error):
+            return self.store.status_counts(self._con)
+        except Exception as error:
+            if not self.store.is_busy(error):
                 raise
             return None
 
     def dead_jobs(self) -> list[dict[str, Any]]:
         """The dead jobs, or none if the file stayed busy."""
         try:
-            return queueview.dead_jobs(self._con)
-        except sqlite3.OperationalError as error:
-            if not is_busy(error):
+            return self.store.dead_jobs(self._con)
+        except Exception as error:
+            if not self.store.is_busy(error):
                 raise
             return []
 

@@ -1,24 +1,27 @@
-"""The soak's operator: redrives of dead jobs with the real CLI, and a write lock held too long.
+"""The soak's operator: redrives of dead jobs, and a write lock held too long.
 
-``Operator`` runs ``python -m courier redrive`` for one dead job at a time, each job
-at most once per run, so that an unlucky job does not bounce between dead and
-pending for ever. ``LockHolder`` is someone (a backup, a careless script) holding the
-queue's write lock past the couriers' busy timeout; it rolls back, changing nothing.
+``Operator`` redrives one dead job at a time, each job at most once per run, so
+that an unlucky job does not bounce between dead and pending for ever: on a
+queue file with the real CLI (``python -m courier redrive``), on PostgreSQL with
+``pgworker.redrive`` at the server's clock (the CLI's options are the courier
+package's business). ``LockHolder`` is someone (a backup, a careless script)
+holding the queue's write lock past the couriers' busy timeout (on PostgreSQL:
+the ``jobs`` table in EXCLUSIVE mode, which every claim and finish waits for); it
+rolls back, changing nothing.
 """
 
 from __future__ import annotations
 
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from chaos.intake import Intake
-from chaos.schedule import BUSY_TIMEOUT_MS
+from chaos.store import PG_LOCK_TIMEOUT, FileQueue, Store
 from chaos.tally import ChaosCounts
 from courier.procs import Children, courier_command
-from courier.runner import is_busy
 
 __all__ = ["LockHolder", "Operator"]
 
@@ -27,12 +30,12 @@ REDRIVE_TTL_MS = 30_000
 
 
 class LockHolder:
-    """Holds ``BEGIN IMMEDIATE`` on the queue file at ``path`` for a while, then rolls back."""
+    """Holds the write lock of the queue ``store`` for a while, then rolls back."""
 
-    def __init__(self, path: Path, counts: ChaosCounts) -> None:
-        self.path = path
+    def __init__(self, store: Store, counts: ChaosCounts) -> None:
+        self.store = store
         self.counts = counts
-        self._con: sqlite3.Connection | None = None
+        self._con: Any = None
         self._until = 0.0
 
     @property
@@ -43,12 +46,10 @@ class LockHolder:
         """Take the write lock for ``duration_ms``; ``False`` if held already or busy."""
         if self._con is not None:
             return False
-        con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         try:
-            con.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as error:
-            con.close()
-            if not is_busy(error):
+            con = self.store.hold_lock()
+        except Exception as error:
+            if not self.store.is_busy(error):
                 raise
             self.counts.lock_holds["could not take the lock"] += 1
             return False
@@ -71,11 +72,11 @@ class LockHolder:
 
 
 class Operator:
-    """Redrives dead jobs of the queue file at ``queue``, logging each CLI run in ``logs``."""
+    """Redrives dead jobs of the queue ``store``, logging each CLI run in ``logs``."""
 
-    def __init__(self, children: Children, queue: Path, logs: Path, counts: ChaosCounts) -> None:
+    def __init__(self, children: Children, store: Store, logs: Path, counts: ChaosCounts) -> None:
         self.children = children
-        self.queue = queue
+        self.store = store
         self.logs = logs
         self.counts = counts
         self.redriven: set[str] = set()
@@ -83,7 +84,7 @@ class Operator:
         self._log: Path | None = None
 
     def redrive(self, target: int, intake: Intake) -> bool:
-        """Start ``python -m courier redrive`` for one dead job; ``False`` if none or busy."""
+        """Redrive one dead job (or start the CLI that does); ``False`` if none or busy."""
         if self._proc is not None:
             return False
         candidates = [job["id"] for job in intake.dead_jobs() if job["id"] not in self.redriven]
@@ -92,12 +93,35 @@ class Operator:
         job_id = candidates[target % len(candidates)]
         self.redriven.add(job_id)
         note = f"soak-redrive-{len(self.redriven)}"
+        if not isinstance(self.store, FileQueue):
+            self._redrive_here(job_id, note)
+            return True
         self._log = self.logs / f"operator-{len(self.redriven)}.log"
         argv = courier_command(
-            "redrive", self.queue, job_id, "--note", note, "--ttl-ms", str(REDRIVE_TTL_MS)
+            "redrive", self.store.path, job_id, "--note", note, "--ttl-ms", str(REDRIVE_TTL_MS)
         )
         self._proc = self.children.start(argv, self._log)
         return True
+
+    def _redrive_here(self, job_id: str, note: str) -> None:
+        """``pgworker.redrive`` at the server's clock, here, waiting for a lock 1 s at most.
+
+        The bound matters: the lock holder is in this process too, and a redrive
+        that waited for its table lock would wait for ever.
+        """
+        con = self.store.connect()
+        try:
+            con.execute(PG_LOCK_TIMEOUT)
+            self.store.module.redrive(con, job_id, self.store.now_ms(con), REDRIVE_TTL_MS, note)
+            self.counts.redrives["redriven"] += 1
+        except ValueError:
+            self.counts.redrives["no longer dead"] += 1
+        except Exception as error:
+            if not self.store.is_busy(error):
+                raise
+            self.counts.redrives["queue busy (lock timeout)"] += 1
+        finally:
+            con.close()
 
     def tick(self) -> None:
         """Record the redrive that just ended, if any."""

@@ -3,8 +3,9 @@
 ``ReceiverChaos.fault_for`` and ``ReceiverChaos.on_commit`` are the knobs of
 ``courier.receiver.Receiver``; they run on its handler threads, under one lock. The
 n-th well-formed delivery gets ``chaos.schedule.receiver_fault(seed, n)``. An armed
-event (a kill or a pause after commit) waits for the next delivery that commits,
-from any courier that may be signalled, and is then fired at that delivery's sender.
+event (a kill, a pause or a partition after commit) waits for the next delivery
+that commits, from any courier that may be signalled, and is then fired at that
+delivery's sender.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ReceiverChaos:
             self._armed.clear()
 
     def arm(self, event: ChaosEvent) -> bool:
-        """Fire ``event`` (kill or pause) at the sender of the next committed delivery."""
+        """Fire ``event`` (kill, pause, partition) at the sender of the next committed delivery."""
         with self._lock:
             self._armed.append(event)
         return True
@@ -79,6 +80,6 @@ class ReceiverChaos:
             if not self._enabled or not self._armed or self.fleet is None:
                 return
             event = self._armed.popleft()
-        if not self.fleet.act_on_sender(sender, event):
+        if not self.fleet.act_on_sender(sender, event, delivery_id):
             with self._lock:
                 self._armed.appendleft(event)

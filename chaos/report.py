@@ -9,6 +9,18 @@ back (``stale`` ones must have been rejected, no ticket finished twice, no job d
 by two tickets), how each process ended, and the lock timeouts seen. The chaos
 counts say how much chaos there was; no rule trusts them.
 
+A **stale overwrite** is a finish the queue accepted although its ticket was no
+longer live: one whose ``now_ms`` had reached its ``lease_until`` (the
+PostgreSQL couriers log both, at the server's clock), or a ``done`` that does not
+stand in the queue at the end (another status, or another token). Each must be 0.
+
+With simulated hosts, the partitions are read back the same way: the job each
+cut-off courier was delivering, whether that courier's late finish of it came
+back ``stale``, and whether another courier took the job over (a later ticket,
+a higher token); a run with partitions but no late finish refused fails, as one
+with pauses in flight but no stale finish does. Reconnects are the couriers'
+own ``reconnect`` lines.
+
 A job quarantined as ``dead`` may still have had its effect applied: that is the
 gap the contract does not claim to close, counted, never a failure.
 """
@@ -18,7 +30,7 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +42,14 @@ from courier import audit
 __all__ = ["Observed", "ProcessRecord", "check", "process_record", "render_table"]
 
 LOG_TAIL_LINES = 15
+# The report's ``hosts`` section of a run on a queue file (``chaos.run.Site.describe``).
+ONE_HOST: dict[str, Any] = {
+    "backend": "sqlite",
+    "simulated_hosts": 0,
+    "addresses": [],
+    "server": "a queue file",
+    "skipped": None,
+}
 
 
 @dataclass
@@ -64,6 +84,7 @@ class Observed:
     processes: list[ProcessRecord]
     counts: ChaosCounts
     receiver_faults: dict[str, int]
+    hosts: dict[str, Any] = field(default_factory=lambda: dict(ONE_HOST))
 
 
 def read_events(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -147,6 +168,67 @@ def fencing_figures(processes: list[ProcessRecord]) -> dict[str, Any]:
     }
 
 
+ACCEPTED = ("done", "pending", "dead")  # a finish's answers other than stale (and unsent)
+
+
+def stale_overwrites(processes: list[ProcessRecord], jobs: list[dict[str, Any]]) -> list[str]:
+    """Accepted finishes whose ticket was no longer live (see the module docstring)."""
+    final = {job["id"]: job for job in jobs}
+    found: set[str] = set()
+    for event in (e for p in processes for e in p.events if e.get("event") == "result"):
+        if event["status"] not in ACCEPTED:
+            continue
+        ticket = f"{event['id']}@{event['token']}"
+        now_ms, lease_until = event.get("now_ms"), event.get("lease_until")
+        if isinstance(now_ms, int) and isinstance(lease_until, int) and now_ms >= lease_until:
+            found.add(ticket)
+        job = final.get(event["id"])
+        if event["status"] == "done" and (
+            job is None or job["status"] != "done" or int(job["token"]) != int(event["token"])
+        ):
+            found.add(ticket)
+    return sorted(found)
+
+
+def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
+    """What became of each host cut off and of the job it was delivering."""
+    tickets: dict[str, list[tuple[int, str, int, str]]] = defaultdict(list)
+    for record in processes:
+        for event in record.events:
+            if event.get("event") in ("claimed", "result"):
+                tickets[str(event["id"])].append(
+                    (int(event["token"]), record.owner, record.incarnation, str(event["event"]))
+                )
+    late_refused = taken_over = 0
+    for cut in counts.partitions:
+        owner, job = cut["owner"], cut["job"]
+        mine = [
+            e
+            for p in processes
+            if p.owner == owner and not p.healthy
+            for e in p.events
+            if e.get("event") == "result" and e.get("id") == job
+        ]
+        held = max((int(e["token"]) for e in mine), default=None)
+        if any(e["status"] == "stale" for e in mine):
+            late_refused += 1
+        if held is not None and any(t > held for t, *_ in tickets.get(str(job), [])):
+            taken_over += 1
+    events = [e for p in processes for e in p.events]
+    return {
+        "partitions": len(counts.partitions),
+        "heals": counts.heals,
+        "late_finishes_refused": late_refused,
+        "jobs_taken_over": taken_over,
+        "reconnects": sum(1 for e in events if e.get("event") == "reconnect"),
+        "disconnects": sum(1 for e in events if e.get("event") == "disconnect"),
+        "finishes_retried_after_reconnect": sum(
+            1 for e in events if e.get("event") == "result" and e.get("retried")
+        ),
+        "cuts": counts.partitions,
+    }
+
+
 def process_figures(processes: list[ProcessRecord]) -> dict[str, Any]:
     """How every courier process ended, and where the drills killed them."""
     kinds = Counter(_exit_kind(record) for record in processes)
@@ -191,8 +273,11 @@ def check(obs: Observed) -> dict[str, Any]:
     """The report of one run: every figure, the must-be-zero ones, and the failures."""
     files = audit.check(obs.files, obs.accepted)
     fencing = fencing_figures(obs.processes)
+    fencing["stale_overwrites"] = stale_overwrites(obs.processes, obs.files.jobs)
     processes = process_figures(obs.processes)
+    partitions = partition_figures(obs.processes, obs.counts)
     from_logs = {
+        "stale overwrites": len(fencing["stale_overwrites"]),
         "tickets finished twice": len(fencing["tickets_finished_twice"]),
         "jobs done by two tickets": len(fencing["jobs_done_by_two_tickets"]),
         "intake surprises": len(obs.intake_surprises),
@@ -206,6 +291,9 @@ def check(obs: Observed) -> dict[str, Any]:
     frozen = obs.counts.pauses["in flight"]
     if frozen and not fencing["stale_finishes_rejected"]:
         failures.append(f"stale finishes = 0 after {frozen} pauses in flight (must be > 0)")
+    cuts = partitions["partitions"]
+    if cuts and not partitions["late_finishes_refused"]:
+        failures.append(f"late finishes refused = 0 after {cuts} partitions (must be > 0)")
     return {
         "config": asdict(obs.config),
         "ended": obs.ended,
@@ -220,6 +308,8 @@ def check(obs: Observed) -> dict[str, Any]:
             "redriven": len({row["id"] for row in obs.files.redrives}),
         },
         "fencing": fencing,
+        "hosts": obs.hosts,
+        "partitions": partitions,
         "processes": processes,
         "chaos": _chaos_figures(obs, processes),
         "locks": {
@@ -251,6 +341,11 @@ def _figure_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("dead jobs whose effect was applied", str(len(files["dead_with_effect"])), "allowed"),
         ("jobs redriven by the operator", str(intake["redriven"]), ""),
         ("stale finishes attempted and rejected", str(fencing["stale_finishes_rejected"]), "> 0"),
+        (
+            "couriers' reconnects (after a lost connection)",
+            str(report["partitions"]["reconnects"]),
+            "",
+        ),
         ("run_once results", _pairs(fencing["run_once_results"]), ""),
         (
             "lock timeouts seen / survived",
@@ -275,6 +370,29 @@ def _chaos_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("receiver faults injected", _pairs(chaos["receiver_faults"]), ""),
         ("receiver outages / write-lock holds", f"{chaos['outages']} / {holds}", ""),
         ("operator redrives", _pairs(chaos["redrives"]), ""),
+        *_partition_rows(report),
+    ]
+
+
+def _partition_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    hosts, cut = report["hosts"], report["partitions"]
+    if not hosts["simulated_hosts"]:
+        why = hosts["skipped"] or "not asked for"
+        return [("simulated hosts", f"none ({why})", "")]
+    return [
+        ("simulated hosts (own address each)", str(hosts["simulated_hosts"]), ""),
+        (
+            "hosts cut off while holding a lease / healed",
+            f"{cut['partitions']} / {cut['heals']}",
+            "",
+        ),
+        ("their late finishes refused (stale)", str(cut["late_finishes_refused"]), "> 0"),
+        ("their jobs taken over by another host", str(cut["jobs_taken_over"]), ""),
+        (
+            "disconnects / finishes retried after reconnect",
+            f"{cut['disconnects']} / {cut['finishes_retried_after_reconnect']}",
+            "",
+        ),
     ]
 
 
@@ -285,6 +403,7 @@ def render_table(report: dict[str, Any]) -> str:
     width = max(len(label) for label, _, _ in rows)
     timings = report["timings_s"]
     lines = [
+        f"queue: {report['hosts']['server']}",
         f"chaos phase {timings['chaos']} s (ended: {report['ended']}), "
         f"recovery {timings['recovery']} s, total {timings['total']} s",
         f"{'figure':<{width}}  {'rule':<7}  value",

@@ -8,43 +8,53 @@ asked to stop and killed if it has not), lets healthy couriers drain the queue
 within ``config.recovery_seconds``, and hands both files and every event log to
 ``chaos.report.check``. Every loop is bounded in count and time, and every child is
 killed and reaped (``courier.procs.Children``) even on failure.
+
+The queue is a file in the run's folder, or (``config.backend == "postgres"``) a
+database on a throwaway PostgreSQL server (``chaos.pgserver``) that the couriers
+reach over TCP: on loopback, or with ``config.hosts`` each from a simulated host
+of its own (``chaos.hosts``), where the receiver listens on the hosts' hub too.
+The server is stopped and every namespace and link deleted however the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import worker
 from chaos.fleet import Fleet
+from chaos.hosts import Hosts, remove_leftovers
 from chaos.intake import Intake
 from chaos.operator import LockHolder, Operator
+from chaos.pgserver import Database, pg_server
 from chaos.receiver import ReceiverChaos
 from chaos.report import Observed, check, process_record
 from chaos.schedule import (
-    CHAOS_KINDS,
     HOLD_LOCK,
     KILL,
     KILL_AFTER_COMMIT,
     OUTAGE,
+    PARTITION,
     PAUSE,
     PAUSE_IN_FLIGHT,
     ChaosEvent,
     Config,
+    chaos_kinds,
     plan_chaos,
     plan_intake,
 )
+from chaos.store import DatabaseQueue, FileQueue, Store
 from chaos.tally import ChaosCounts
-from courier.audit import read_files
 from courier.procs import Children
 from courier.receiver import Receiver
 
 __all__ = ["Paths", "run_soak"]
 
+LOOPBACK = "127.0.0.1"
 TICK_S = 0.02
 PROGRESS_S = 10.0
 
@@ -88,7 +98,7 @@ def apply_chaos(event: ChaosEvent, rig: Rig) -> None:
         done = rig.fleet.kill_target(event.target)
     elif event.kind == PAUSE:
         done = rig.fleet.pause_target(event)
-    elif event.kind in (KILL_AFTER_COMMIT, PAUSE_IN_FLIGHT):
+    elif event.kind in (KILL_AFTER_COMMIT, PAUSE_IN_FLIGHT, PARTITION):
         done = rig.receiver_chaos.arm(event)
     elif event.kind == HOLD_LOCK:
         done = rig.lock.hold(event.duration_ms)
@@ -120,7 +130,9 @@ def run_chaos(rig: Rig, out: Out) -> str:
     pending or leased, or ``time`` after ``config.seconds``.
     """
     schedule = deque(plan_chaos(rig.config))
-    first_round_ms = max((event.at_ms for event in list(schedule)[: len(CHAOS_KINDS)]), default=0)
+    first_round_ms = max(
+        (event.at_ms for event in list(schedule)[: len(chaos_kinds(rig.config)[0])]), default=0
+    )
     started = time.monotonic()
     ends_at = started + rig.config.seconds
     rig.fleet.start_all(ends_at)
@@ -148,14 +160,19 @@ def run_chaos(rig: Rig, out: Out) -> str:
 
 
 def _observe(
-    rig: Rig, paths: Paths, ended: str, timings: dict[str, float], receiver_faults: dict[str, int]
+    rig: Rig,
+    site: Site,
+    paths: Paths,
+    ended: str,
+    timings: dict[str, float],
+    receiver_faults: dict[str, int],
 ) -> Observed:
-    """Read both files and every event log, once every process has stopped."""
+    """Read the queue, the inbox and every event log, once every process has stopped."""
     return Observed(
         config=rig.config,
         ended=ended,
         timings=timings,
-        files=read_files(paths.queue, paths.inbox),
+        files=site.store.read_files(paths.inbox),
         accepted=dict(rig.intake.accepted),
         intake_outcomes=dict(rig.intake.outcomes),
         intake_surprises=list(rig.intake.surprises),
@@ -164,37 +181,112 @@ def _observe(
         processes=[process_record(courier) for courier in rig.fleet.everyone],
         counts=rig.counts,
         receiver_faults=dict(receiver_faults),
+        hosts=site.describe(),
     )
 
 
-def run_soak(config: Config, root: Path, out: Out) -> dict[str, Any]:
-    """Run the chaos phase and the recovery in ``root``; return the checker's report."""
+@dataclass
+class Site:
+    """Where a run's queue lives and how its couriers reach it and the receiver."""
+
+    store: Store
+    target: Path | str  # what a courier child is given: the file, or a conninfo
+    child: str  # its ``python -m chaos`` subcommand
+    receiver_host: str
+    hosts: Hosts | None = None
+    skipped: str | None = None  # why there are no simulated hosts, if they were wanted
+
+    def describe(self) -> dict[str, Any]:
+        """The report's ``hosts`` section: how the couriers reached the queue."""
+        hosts = self.hosts
+        return {
+            "backend": self.store.kind,
+            "simulated_hosts": 0 if hosts is None else hosts.count,
+            "addresses": []
+            if hosts is None
+            else [hosts.address(n) for n in range(1, hosts.count + 1)],
+            "server": "a queue file"
+            if self.store.kind == "sqlite"
+            else (f"PostgreSQL over TCP at {self.receiver_host}"),
+            "skipped": self.skipped,
+        }
+
+
+@contextlib.contextmanager
+def open_site(config: Config, paths: Paths, skipped: str | None, out: Out) -> Iterator[Site]:
+    """The run's queue: a file, or a PostgreSQL server (with its hosts), torn down after."""
+    if config.backend == "sqlite":
+        queue_file = FileQueue(paths.queue)
+        queue_file.create()
+        yield Site(queue_file, paths.queue, "courier", LOOPBACK)
+        return
+    with contextlib.ExitStack() as stack:
+        hosts = None
+        if config.hosts:
+            removed = remove_leftovers()
+            if removed:
+                out(f"removed {len(removed)} leftovers of earlier runs: {', '.join(removed)}")
+            hosts = stack.enter_context(Hosts(config.couriers))
+        listen = [hosts.hub] if hosts is not None else []
+        subnets = [hosts.subnet] if hosts is not None else []
+        admin = stack.enter_context(pg_server(listen, subnets))
+        database = Database(admin, "lease_queue_soak")
+        stack.callback(database.drop)
+        store = DatabaseQueue(database.conninfo())
+        store.create()
+        address = hosts.hub if hosts is not None else LOOPBACK
+        yield Site(store, database.conninfo(host=address), "pgcourier", address, hosts, skipped)
+
+
+def run_soak(
+    config: Config, root: Path, out: Out, hosts_skipped: str | None = None
+) -> dict[str, Any]:
+    """Run the chaos phase and the recovery in ``root``; return the checker's report.
+
+    ``hosts_skipped`` says why a PostgreSQL run has no simulated hosts, if it
+    should have had them (it goes into the report).
+    """
     paths = Paths.under(root)
-    worker.open_queue(paths.queue).close()
+    with open_site(config, paths, hosts_skipped, out) as site:
+        return _run(config, site, paths, out)
+
+
+def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
     counts = ChaosCounts()
     receiver_chaos = ReceiverChaos(config, counts)
     started = time.monotonic()
     with Children() as children:
         receiver = Receiver(
-            paths.inbox, faults=receiver_chaos.fault_for, on_commit=receiver_chaos.on_commit
+            paths.inbox,
+            host=site.receiver_host,
+            faults=receiver_chaos.fault_for,
+            on_commit=receiver_chaos.on_commit,
         )
         with receiver:
             fleet = Fleet(
-                config, paths.queue, paths.events, paths.logs, receiver.url, children, counts
+                config,
+                site.target,
+                paths.events,
+                paths.logs,
+                receiver.url,
+                children,
+                counts,
+                site.child,
+                site.hosts,
             )
             receiver_chaos.fleet = fleet
             ops = plan_intake(config.seed, config.jobs)
-            intake = Intake(paths.queue, ops, config.couriers, config.jobs_per_s)
+            intake = Intake(site.store, ops, config.couriers, config.jobs_per_s)
             rig = Rig(
                 config,
                 fleet,
                 receiver_chaos,
                 intake,
-                LockHolder(paths.queue, counts),
-                Operator(children, paths.queue, paths.logs, counts),
+                LockHolder(site.store, counts),
+                Operator(children, site.store, paths.logs, counts),
                 counts,
             )
-            out(f"receiver on {receiver.url}; files in {root}")
+            out(f"receiver on {receiver.url}; files in {paths.events.parent}")
             try:
                 ended = run_chaos(rig, out)
             finally:
@@ -212,4 +304,4 @@ def run_soak(config: Config, root: Path, out: Out) -> dict[str, Any]:
         "recovery": round(total_s - chaos_s, 1),
         "total": round(total_s, 1),
     }
-    return check(_observe(rig, paths, ended, timings, receiver_chaos.faults))
+    return check(_observe(rig, site, paths, ended, timings, receiver_chaos.faults))

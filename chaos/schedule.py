@@ -20,11 +20,13 @@ from courier.receiver import MAX_REPLY_DELAY_MS, Fault
 __all__ = [
     "CHAOS_KINDS",
     "HOOK_POINTS",
+    "PARTITION",
     "RECEIVER_FAULT_SHARES",
     "ChaosEvent",
     "Config",
     "Drill",
     "IntakeOp",
+    "chaos_kinds",
     "drill_for",
     "parse_drill",
     "plan_chaos",
@@ -52,8 +54,13 @@ PAUSE_IN_FLIGHT = "pause-in-flight"
 HOLD_LOCK = "hold-lock"
 OUTAGE = "outage"
 REDRIVE = "redrive"
+PARTITION = "partition"
 CHAOS_KINDS = (KILL, KILL_AFTER_COMMIT, PAUSE, PAUSE_IN_FLIGHT, HOLD_LOCK, OUTAGE, REDRIVE)
 CHAOS_WEIGHTS = (5, 3, 2, 3, 1, 1, 2)
+# With simulated hosts (``Config.hosts``) the driver also cuts a host off while it
+# holds a lease, for 2-4 leases, then heals it.
+PARTITION_WEIGHT = 4
+PARTITION_LEASES = (2, 4)
 FIRST_CHAOS_MS = 3_000  # let the first couriers start before anything happens
 FIRST_CHAOS_GAP_MS = 700
 MAX_CHAOS_EVENTS = 100_000
@@ -86,7 +93,12 @@ STATUS_4XX = (400, 403, 404, 422)
 
 @dataclass(frozen=True)
 class Config:
-    """The sizes and bounds of one run. ``seed`` fixes every chaos decision."""
+    """The sizes and bounds of one run. ``seed`` fixes every chaos decision.
+
+    ``backend`` is ``sqlite`` (a queue file) or ``postgres``; ``hosts`` puts each
+    courier on a simulated host of its own (``chaos.hosts``, PostgreSQL only) and
+    adds partitions to the schedule.
+    """
 
     couriers: int = 6
     jobs: int = 3000
@@ -96,8 +108,14 @@ class Config:
     lease_ms: int = 1000
     chaos_per_s: float = 0.6
     jobs_per_s: float = 30.0
+    backend: str = "sqlite"
+    hosts: bool = False
 
     def __post_init__(self) -> None:
+        if self.backend not in ("sqlite", "postgres"):
+            raise ValueError(f"'backend' must be 'sqlite' or 'postgres', got {self.backend!r}")
+        if self.hosts and self.backend != "postgres":
+            raise ValueError("simulated hosts ('hosts') need the 'postgres' backend")
         _within("couriers", self.couriers, 1, MAX_COURIERS)
         _within("jobs", self.jobs, 1, MAX_JOBS)
         _within("lease_ms", self.lease_ms, 200, 60_000)
@@ -229,7 +247,19 @@ def _chaos_event(rng: random.Random, kind: str, at_ms: int, config: Config) -> C
         return ChaosEvent(at_ms, kind, target, rng.randint(*HOLD_LOCK_MS))
     if kind == OUTAGE:
         return ChaosEvent(at_ms, kind, target, rng.randint(*OUTAGE_MS))
+    if kind == PARTITION:
+        low, high = PARTITION_LEASES
+        return ChaosEvent(
+            at_ms, kind, target, rng.randint(low * config.lease_ms, high * config.lease_ms)
+        )
     return ChaosEvent(at_ms, kind, target)
+
+
+def chaos_kinds(config: Config) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The kinds of chaos of a run and their weights: partitions only with hosts."""
+    if config.hosts:
+        return (*CHAOS_KINDS, PARTITION), (*CHAOS_WEIGHTS, PARTITION_WEIGHT)
+    return CHAOS_KINDS, CHAOS_WEIGHTS
 
 
 def plan_chaos(config: Config) -> list[ChaosEvent]:
@@ -239,17 +269,18 @@ def plan_chaos(config: Config) -> list[ChaosEvent]:
     second with ``CHAOS_WEIGHTS``, up to the chaos phase's time bound.
     """
     rng = random.Random(f"chaos:{config.seed}")
+    kinds, weights = chaos_kinds(config)
     horizon_ms = int(config.seconds * 1000)
     events: list[ChaosEvent] = []
     at_ms = FIRST_CHAOS_MS
-    for kind in CHAOS_KINDS:
+    for kind in kinds:
         events.append(_chaos_event(rng, kind, at_ms, config))
         at_ms += FIRST_CHAOS_GAP_MS
     for _ in range(MAX_CHAOS_EVENTS):
         at_ms += 1 + int(rng.expovariate(config.chaos_per_s) * 1000)
         if at_ms >= horizon_ms:
             break
-        kind = rng.choices(CHAOS_KINDS, CHAOS_WEIGHTS)[0]
+        kind = rng.choices(kinds, weights)[0]
         events.append(_chaos_event(rng, kind, at_ms, config))
     return [event for event in events if event.at_ms < horizon_ms]
 

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["ChaosCounts"]
 
 
 @dataclass
 class ChaosCounts:
-    """Kills, pauses, restarts, skipped events, lock holds, outages and redrives."""
+    """Kills, pauses, restarts, skipped events, lock holds, outages, redrives and partitions.
+
+    Each partition is ``{"owner", "host", "job", "token"?, "duration_ms"}``: the
+    courier whose host was cut, and the job whose delivery it was waiting on.
+    """
 
     kills: Counter[str] = field(default_factory=Counter)
     pauses: Counter[str] = field(default_factory=Counter)
@@ -24,3 +29,5 @@ class ChaosCounts:
     outages: int = 0
     redrives: Counter[str] = field(default_factory=Counter)
     armed_left: int = 0
+    partitions: list[dict[str, Any]] = field(default_factory=list)
+    heals: int = 0

@@ -1,0 +1,283 @@
+"""One soak courier on PostgreSQL, a child process: ``python -m chaos pgcourier CONNINFO ...``.
+
+It may run on a simulated host (``chaos.hosts``), reaching the server over TCP
+through a link that the chaos driver cuts and heals. What it does, and what it
+writes to its event log (``chaos.child.EventLog``, one flushed JSON line each):
+
+1. Each round is ``pgworker``'s ``run_once`` in public calls: ``claim``, then
+   ``worker.classify_send`` outside any transaction, then ``finish``, each at the
+   database server's clock (``chaos.store.server_now_ms``: every host reads one
+   time base). A ``claimed`` line holds the ticket; a ``result`` line holds the
+   finish's answer (``stale`` when it was refused), the ``now_ms`` it was given
+   and the ticket's ``lease_until``, so the checker can tell a late finish that
+   was accepted (a stale overwrite) from one that was refused.
+2. The connection (``Link``) bounds how long a cut-off host is stuck: libpq's
+   ``connect_timeout``, TCP keepalives and ``tcp_user_timeout`` turn a dead link
+   into ``psycopg.OperationalError`` within a few seconds. Then it writes
+   ``disconnect``, reconnects with a capped backoff (each try bounded by
+   ``connect_timeout``) and writes ``reconnect`` once it is through.
+3. A finish that failed on a lost connection is tried again, with the same
+   ticket, once reconnected: a real courier does not forget the job it was
+   delivering. By then the lease has usually expired and another host has
+   taken the job over, so the late finish comes back ``stale``. (If the lost
+   finish had committed, the retry is refused too, and the line says so with
+   ``retried``.) A claim that failed on a lost connection is not retried: if it
+   committed, its lease expires unused.
+4. A drill (``chaos.schedule.Drill``) SIGKILLs the process inside one fault hook
+   of ``claim`` or ``finish``, as on SQLite (``chaos.child.DrillHook``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import pgworker
+import worker
+from chaos.child import DrillHook, EventLog, sender_name
+from chaos.schedule import parse_drill
+from chaos.store import PG_STATUS_COUNTS, server_now_ms
+from courier.runner import HttpSend, stop_on_signals
+
+__all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
+
+# How long a dead link can hold a courier: connect 2 s, unacknowledged data 2 s,
+# an idle connection 1 s + 2 probes of 1 s.
+LIBPQ_TIMEOUTS = {
+    "connect_timeout": "2",
+    "keepalives": "1",
+    "keepalives_idle": "1",
+    "keepalives_interval": "1",
+    "keepalives_count": "2",
+    "tcp_user_timeout": "2000",
+}
+RECONNECT_BASE_MS = 50
+RECONNECT_CAP_MS = 500
+IDLE_BASE_MS = 20
+IDLE_CAP_MS = 250
+MAX_FINISH_TRIES = 50
+SLICE_S = 0.05
+
+Lost = psycopg.OperationalError  # a connection that broke or could not be made
+
+
+def _sleep(seconds: float, stop: threading.Event) -> None:
+    until = time.monotonic() + seconds
+    for _ in range(int(seconds / SLICE_S) + 2):
+        left = until - time.monotonic()
+        if left <= 0 or stop.is_set():
+            return
+        time.sleep(min(left, SLICE_S))
+
+
+class Link:
+    """This courier's connection to the queue: made when needed, remade when lost.
+
+    ``conninfo`` is extended with ``LIBPQ_TIMEOUTS``. ``deadline`` (monotonic)
+    and ``stop`` bound every wait for a connection.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        events: EventLog,
+        stop: threading.Event,
+        deadline: float,
+        rng: Callable[[], float],
+    ) -> None:
+        self.conninfo = psycopg.conninfo.make_conninfo(conninfo, **LIBPQ_TIMEOUTS)
+        self.events = events
+        self.stop = stop
+        self.deadline = deadline
+        self.rng = rng
+        self.con: Any = None
+        self.lost_at: float | None = None
+        self.reconnects = 0
+
+    def get(self) -> Any:
+        """The connection, (re)made if needed; ``None`` once ``stop`` or the deadline came."""
+        streak = 0
+        while self.con is None:
+            if self.stop.is_set() or time.monotonic() >= self.deadline:
+                return None
+            try:
+                self.con = pgworker.open_queue(self.conninfo)
+            except Lost as error:
+                streak += 1
+                if streak == 1:
+                    self.events.write("connect-failed", detail=str(error).strip()[:200])
+                pause_ms = worker.retry_delay(
+                    min(streak, 16), RECONNECT_BASE_MS, RECONNECT_CAP_MS, 0.5 + self.rng() / 2
+                )
+                _sleep(pause_ms / 1000, self.stop)
+                continue
+            if self.lost_at is not None:
+                self.reconnects += 1
+                down_ms = int((time.monotonic() - self.lost_at) * 1000)
+                self.events.write("reconnect", after_ms=down_ms, tries=streak + 1)
+                self.lost_at = None
+        return self.con
+
+    def lost(self, error: BaseException, during: str) -> None:
+        """Drop the broken connection and note it (``disconnect``)."""
+        self.events.write("disconnect", during=during, detail=str(error).strip()[:200])
+        if self.lost_at is None:
+            self.lost_at = time.monotonic()
+        con, self.con = self.con, None
+        if con is not None:
+            try:
+                con.close()
+            except Exception as close_error:  # a broken socket may fail to close cleanly
+                self.events.write("close-failed", detail=str(close_error)[:200])
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
+def _finish(
+    link: Link,
+    ticket: dict[str, Any],
+    outcome: str,
+    delay_ms: int,
+    hook: DrillHook | None,
+) -> tuple[str, int, int]:
+    """Finish ``ticket``, again after each lost connection; (status, now_ms, tries).
+
+    Status ``unsent`` if the courier had to stop before any finish reached the server.
+    """
+    fault = hook.finish if hook is not None else None
+    for tries in range(1, MAX_FINISH_TRIES + 1):
+        con = link.get()
+        if con is None:
+            return "unsent", 0, tries - 1
+        try:
+            now_ms = server_now_ms(con)
+            status = pgworker.finish(con, ticket, outcome, now_ms, delay_ms, fault)
+        except Lost as error:
+            link.lost(error, "finish")
+            continue
+        return str(status or "stale"), now_ms, tries
+    return "unsent", 0, MAX_FINISH_TRIES
+
+
+def pg_round(
+    link: Link,
+    owner: str,
+    send: Callable[[dict[str, Any]], object],
+    jitter: float,
+    lease_ms: int,
+    hook: DrillHook | None,
+) -> dict[str, Any] | None:
+    """One round: claim, send, finish (see the module docstring); ``None`` if nothing ran.
+
+    Raises:
+        psycopg.OperationalError: never (a lost connection is noted and handled).
+    """
+    con = link.get()
+    if con is None:
+        return None
+    try:
+        ticket = pgworker.claim(
+            con, owner, server_now_ms(con), lease_ms, hook.claim if hook is not None else None
+        )
+    except Lost as error:
+        link.lost(error, "claim")
+        return None
+    if ticket is None:
+        return None
+    link.events.write(
+        "claimed", id=ticket["id"], token=ticket["token"], lease_until=ticket["lease_until"]
+    )
+    outcome, delay_ms = worker.classify_send(send, ticket, jitter)
+    status, now_ms, tries = _finish(link, ticket, outcome, delay_ms, hook)
+    result = {"id": ticket["id"], "token": ticket["token"], "status": status}
+    link.events.write(
+        "result",
+        **result,
+        outcome=outcome,
+        now_ms=now_ms,
+        lease_until=ticket["lease_until"],
+        tries=tries,
+        retried=tries > 1,
+    )
+    return result
+
+
+def _drained(link: Link) -> bool:
+    con = link.get()
+    if con is None:
+        return False
+    try:
+        counts = dict(con.execute(PG_STATUS_COUNTS).fetchall())
+    except Lost as error:
+        link.lost(error, "drained")
+        return False
+    return not counts.get("pending", 0) and not counts.get("leased", 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos pgcourier")
+    parser.add_argument("conninfo")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--owner", required=True)
+    parser.add_argument("--events", type=Path, required=True)
+    parser.add_argument("--lease-ms", type=int, default=1000)
+    parser.add_argument("--timeout-ms", type=int, required=True)
+    parser.add_argument("--max-seconds", type=float, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--incarnation", type=int, default=0)
+    parser.add_argument("--drill", help="OPERATION:POINT, e.g. finish:after-commit")
+    parser.add_argument("--drill-round", type=int, default=1)
+    parser.add_argument("--until-drained", action="store_true")
+    return parser
+
+
+def pgcourier_main(argv: Sequence[str]) -> int:
+    """Run one PostgreSQL soak courier until its time bound, drained or SIGTERM; exit 0."""
+    args = _parser().parse_args(argv)
+    stop = stop_on_signals()
+    drill = None if args.drill is None else parse_drill(args.drill, args.drill_round)
+    events = EventLog(args.events)
+    rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
+    started = time.monotonic()
+    link = Link(args.conninfo, events, stop, started + args.max_seconds, rng.random)
+    rounds = idle = 0
+    reason = "max-seconds"
+    try:
+        events.write("start", owner=args.owner, drill=None if drill is None else drill.name)
+        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        streak = 0
+        while time.monotonic() - started < args.max_seconds:
+            if stop.is_set():
+                reason = "stopped"
+                break
+            rounds += 1
+            armed = drill is not None and rounds >= drill.round
+            hook = DrillHook(drill, events) if armed and drill is not None else None
+            if pg_round(link, args.owner, send, rng.random(), args.lease_ms, hook) is not None:
+                streak = 0
+                continue
+            idle += 1
+            if args.until_drained and _drained(link):
+                reason = "drained"
+                break
+            streak += 1
+            pause_ms = worker.retry_delay(
+                min(streak, 16), IDLE_BASE_MS, IDLE_CAP_MS, 0.5 + rng.random() / 2
+            )
+            _sleep(pause_ms / 1000, stop)
+        events.write("stop", reason=reason, runs=rounds, idle=idle, reconnects=link.reconnects)
+    finally:
+        link.close()
+        events.close()
+    return 0
