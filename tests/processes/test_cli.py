@@ -331,7 +331,8 @@ def test_run_refuses_a_file_that_is_not_a_queue_and_leaves_it_alone(
         assert isinstance(content, bytes)
         target.write_bytes(content)
     before = target.read_bytes()
-    argv = ["run", target, "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"]
+    argv: list[str | Path] = ["run", target, "--url", "http://127.0.0.1:9/deliveries"]
+    argv += ["--owner", "c1"]
     code, _, err = run_cli(capsys, *argv, "--max-seconds", "1")
     assert code == EXIT_USAGE and "is not a queue file" in err and str(target) in err
     assert target.read_bytes() == before
@@ -349,7 +350,8 @@ def test_serve_refuses_to_put_its_inbox_into_a_queue_file(
 def test_a_send_timeout_not_below_the_lease_is_refused_with_the_reason(
     queue: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["run", queue, "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"]
+    argv: list[str | Path] = ["run", queue, "--url", "http://127.0.0.1:9/deliveries"]
+    argv += ["--owner", "c1"]
     code, out, err = run_cli(capsys, *argv, "--lease-ms", "1000", "--timeout-ms", "3000")
     assert (code, out) == (EXIT_USAGE, "")
     assert "unsafe: --timeout-ms 3000 is not below --lease-ms 1000" in err
@@ -536,7 +538,7 @@ def test_status_watch_redraws_and_every_reading_command_has_json(
     views = [json.loads(line) for line in out.splitlines()]
     assert code == EXIT_OK and len(views) == 3 and views[0]["counts"]["pending"] == 1
     Inbox(tmp_path / "inbox.sqlite")
-    for argv in (
+    readers: list[list[str | Path]] = [
         ["status", queue],
         ["jobs", queue],
         ["show", queue, "a"],
@@ -544,7 +546,8 @@ def test_status_watch_redraws_and_every_reading_command_has_json(
         ["redrives", queue],
         ["inbox", tmp_path / "inbox.sqlite"],
         ["audit", queue, tmp_path / "inbox.sqlite", "--in-flight-ok"],
-    ):
+    ]
+    for argv in readers:
         code, out, _ = run_cli(capsys, *argv, "--json")
         json.loads(out)
 

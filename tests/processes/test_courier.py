@@ -179,7 +179,8 @@ def test_ctrl_c_during_a_hung_delivery_says_so_and_a_second_one_exits_130(
     con.close()
     log = tmp_path / "c1.log"
     with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=10_000) as hung:
-        argv = ["run", queue, "--url", hung.url, "--owner", "c1", "--lease-ms", "30000"]
+        argv: list[str | Path] = ["run", queue, "--url", hung.url, "--owner", "c1"]
+        argv += ["--lease-ms", "30000"]
         courier = children.start(courier_command(*argv, "--max-seconds", str(WAIT_S)), log)
         until = time.monotonic() + WAIT_S
         while hung.inbox.summary()["requests"] == 0 and time.monotonic() < until:
