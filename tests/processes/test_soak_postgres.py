@@ -1,0 +1,228 @@
+"""The chaos soak on PostgreSQL, short: couriers on simulated hosts, one of them cut off.
+
+``python -m chaos --postgres`` runs as a child process with a fixed seed and must
+exit 0: nothing lost, no effect applied twice, no stale overwrite, no done job
+without its effect. Where network namespaces can be made (root and iproute2),
+each courier runs on a host of its own, reaching a throwaway server over TCP,
+and the test checks that hosts really were cut off while holding a lease, that
+their late finishes were refused as stale, that other hosts took their jobs
+over and that the cut-off couriers reconnected. Elsewhere the soak says why it
+skipped the hosts and runs over loopback, and the test checks that instead. The
+rest checks the parts: the hosts are made and deleted, leftovers of a dead run
+are removed, partitions are planned only with hosts, and the checker does fail a
+stale overwrite and a run whose partitions were never refused a late finish.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos import cli, hosts, schedule
+from chaos import report as soak_report
+from chaos.child import chaos_command
+from chaos.tally import ChaosCounts
+from courier.procs import Children
+from tests.processes.test_soak import observed, record, wait_or_stop
+
+JOBS = 400
+COURIERS = 4
+SEED = 11
+CHAOS_SECONDS = 30
+RECOVERY_SECONDS = 15
+SOAK_TIMEOUT_S = CHAOS_SECONDS + RECOVERY_SECONDS + 30
+HOSTS_MISSING = hosts.unavailable()
+
+
+def run_short_pg_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
+    """Run the short PostgreSQL soak as a child; its exit status, report, output and seconds."""
+    report_path = tmp_path / "report.json"
+    log_path = tmp_path / "soak.log"
+    argv = chaos_command(
+        "--postgres",
+        "--jobs",
+        JOBS,
+        "--couriers",
+        COURIERS,
+        "--seed",
+        SEED,
+        "--seconds",
+        CHAOS_SECONDS,
+        "--recovery-seconds",
+        RECOVERY_SECONDS,
+        "--jobs-per-s",
+        15,
+        "--chaos-per-s",
+        0.8,
+        "--workdir",
+        tmp_path / "run",
+        "--json",
+        report_path,
+        "--quiet",
+    )
+    started = time.monotonic()
+    with Children() as children:
+        proc: subprocess.Popen[bytes] = children.start(argv, log_path)
+        code = wait_or_stop(proc)
+    elapsed = time.monotonic() - started
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
+    return code, report, output, elapsed
+
+
+@pytest.fixture(scope="module")
+def pg_soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, float]:
+    """One short PostgreSQL soak for the tests that read it."""
+    return run_short_pg_soak(tmp_path_factory.mktemp("pgsoak"))
+
+
+def test_the_short_postgres_soak_passes_every_check(
+    pg_soak: tuple[int, dict[str, Any], str, float],
+) -> None:
+    code, report, output, elapsed = pg_soak
+    assert code == 0, output
+    assert report["ok"] and report["failures"] == [], output
+    assert set(report["must_be_zero"].values()) == {0}, output
+    files = report["files"]
+    assert report["hosts"]["backend"] == "postgres"
+    assert report["intake"]["enqueued"] == JOBS == files["jobs"]
+    assert files["done"] + sum(files["dead"].values()) == JOBS
+    assert files["effects"] == files["done"] + len(files["dead_with_effect"])
+    assert report["fencing"]["stale_overwrites"] == []
+    assert report["fencing"]["stale_finishes_rejected"] > 0, output
+    assert sum(report["chaos"]["kills"].values()) > 0
+    assert sum(report["chaos"]["killed_at_hook"].values()) > 0, output
+    assert elapsed < SOAK_TIMEOUT_S
+
+
+def test_hosts_were_cut_off_and_their_late_finishes_refused(
+    pg_soak: tuple[int, dict[str, Any], str, float],
+) -> None:
+    _, report, output, _ = pg_soak
+    if HOSTS_MISSING is not None:
+        assert report["hosts"]["simulated_hosts"] == 0
+        assert report["hosts"]["skipped"] == HOSTS_MISSING
+        assert "simulated hosts skipped" in output
+        assert report["partitions"]["partitions"] == 0
+        pytest.skip(f"simulated hosts unavailable: {HOSTS_MISSING}; the soak ran on loopback")
+    placed = report["hosts"]
+    assert placed["simulated_hosts"] == COURIERS and len(set(placed["addresses"])) == COURIERS
+    cut = report["partitions"]
+    assert cut["partitions"] > 0 and cut["heals"] == cut["partitions"], output
+    assert cut["late_finishes_refused"] > 0, output
+    assert cut["jobs_taken_over"] > 0, output
+    assert cut["reconnects"] > 0 and cut["disconnects"] > 0, output
+
+
+# --- The parts ----------------------------------------------------------------------
+
+
+def test_without_namespaces_the_hosts_are_skipped_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hosts, "unavailable", lambda: "network namespaces need root")
+    assert cli.hosts_plan(postgres=True, loopback=False) == (False, "network namespaces need root")
+    assert cli.hosts_plan(postgres=True, loopback=True) == (False, "--loopback")
+    assert cli.hosts_plan(postgres=False, loopback=False) == (False, None)
+
+
+def test_partitions_are_planned_only_with_hosts() -> None:
+    with_hosts = schedule.Config(backend="postgres", hosts=True, seconds=120)
+    planned = schedule.plan_chaos(with_hosts)
+    cuts = [event for event in planned if event.kind == schedule.PARTITION]
+    assert cuts and planned[len(schedule.CHAOS_KINDS)].kind == schedule.PARTITION
+    assert all(2_000 <= event.duration_ms <= 4_000 for event in cuts)
+    for config in (schedule.Config(seconds=120), schedule.Config(backend="postgres")):
+        assert schedule.PARTITION not in {event.kind for event in schedule.plan_chaos(config)}
+    with pytest.raises(ValueError, match="need the 'postgres' backend"):
+        schedule.Config(hosts=True)
+
+
+@pytest.mark.skipif(HOSTS_MISSING is not None, reason=f"simulated hosts: {HOSTS_MISSING}")
+def test_hosts_are_made_cut_healed_and_deleted() -> None:
+    def ip(*args: str) -> str:
+        return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
+
+    with hosts.Hosts(2) as made:
+        assert {made.namespace(1), made.namespace(2)} <= set(ip("netns", "list").split())
+        made.cut(1)
+        assert "state DOWN" in ip("link", "show", made.link(1))
+        made.heal(1)
+        assert made.down == set()
+        inside = ip("-n", made.namespace(2), "-4", "-o", "addr", "show")
+        assert made.address(2) in inside
+    assert not {made.namespace(1), made.namespace(2)} & set(ip("netns", "list").split())
+    assert made.tag not in ip("-o", "link", "show") + ip("-o", "addr", "show", "dev", "lo")
+
+
+@pytest.mark.skipif(HOSTS_MISSING is not None, reason=f"simulated hosts: {HOSTS_MISSING}")
+def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_are_kept() -> None:
+    dead_pid = 2**22 + 12_345  # above Linux's pid_max, so no process has it
+    dead = f"{hosts.PREFIX}{dead_pid}h1"
+    subprocess.run(["ip", "netns", "add", dead], check=True)
+    try:
+        with hosts.Hosts(1) as live:
+            removed = hosts.remove_leftovers()
+            assert dead in removed and live.namespace(1) not in removed
+            listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+            assert live.namespace(1) in listed.stdout and dead not in listed.stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", dead], capture_output=True, check=False)
+
+
+def _result(token: int, status: str, now_ms: int, lease_until: int) -> dict[str, Any]:
+    return {
+        "event": "result",
+        "id": "a",
+        "token": token,
+        "status": status,
+        "now_ms": now_ms,
+        "lease_until": lease_until,
+    }
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        # a finish accepted at its lease's end: the ticket was no longer live
+        [
+            _result(1, "done", 1_000, 1_000),
+            {"event": "result", "id": "b", "token": 2, "status": "done"},
+        ],
+        # a done that does not stand: the job's row carries another token
+        [
+            _result(1, "done", 10, 1_000),
+            {"event": "result", "id": "b", "token": 1, "status": "done"},
+        ],
+    ],
+)
+def test_the_checker_fails_a_stale_overwrite(events: list[dict[str, Any]]) -> None:
+    report = soak_report.check(observed(processes=[record(events)]))
+    assert report["must_be_zero"]["stale overwrites"] == 1
+    assert any(line.startswith("stale overwrites = 1") for line in report["failures"])
+
+
+def test_the_checker_fails_partitions_without_a_late_finish_refused() -> None:
+    counts = ChaosCounts()
+    counts.pauses.update({"in flight": 1, "resumed": 1})
+    counts.partitions.append({"owner": "c1", "host": 1, "job": "a", "duration_ms": 3000})
+    counts.heals = 1
+    events = [
+        {"event": "claimed", "id": "a", "token": 1, "lease_until": 1_000},
+        _result(1, "done", 10, 1_000),
+        {"event": "result", "id": "b", "token": 1, "status": "stale"},
+        {"event": "result", "id": "b", "token": 2, "status": "done"},
+    ]
+    report = soak_report.check(observed(processes=[record(events)], counts=counts))
+    assert report["partitions"]["partitions"] == 1
+    assert report["partitions"]["late_finishes_refused"] == 0
+    assert any(line.startswith("late finishes refused = 0") for line in report["failures"])
+    refused = [*events, _result(1, "stale", 5_000, 1_000)]
+    healed = soak_report.check(observed(processes=[record(refused)], counts=counts))
+    assert healed["partitions"]["late_finishes_refused"] == 1
+    assert not any("late finishes" in line for line in healed["failures"])
