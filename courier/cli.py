@@ -295,6 +295,23 @@ def _run_options(run: argparse.ArgumentParser) -> None:
     _option(drill, "--stall-seconds", "S", _positive_float, stall, 30.0)
 
 
+def _web_options(web: argparse.ArgumentParser) -> None:
+    _queue_arg(web)
+    _option(web, "--host", "ADDR", str, "address to bind (default %(default)s)", "127.0.0.1")
+    _option(web, "--port", "PORT", _integer, "port (default 0: any free port)", 0)
+    web.add_argument(
+        "--allow-redrive", action="store_true", help="let the page redrive dead jobs (with a note)"
+    )
+    web.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --host to be an address other than loopback (anyone who can reach it "
+        "sees the queue, and with --allow-redrive may redrive)",
+    )
+    _option(web, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    _option(web, "--max-seconds", "S", _positive_float, "stop after this long")
+
+
 def _demo_options(demo_parser: argparse.ArgumentParser) -> None:
     orders, lease = "(default %(default)s)", "(default %(default)s)"
     _option(demo_parser, "--orders", "N", _integer, orders, demo.ORDERS)
@@ -836,6 +853,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from courier.web import serve_web
+
+    return serve_web(args, _out)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(
         orders=args.orders, lease_ms=args.lease_ms, kill_after=args.kill_after, backend=args.backend
@@ -940,6 +963,15 @@ COMMANDS = (
         "each attempt's cause in the attempt log. It pauses briefly when nothing is due or "
         "the queue is busy. Ctrl-C or SIGTERM stops it after the current delivery; a second "
         "Ctrl-C stops it at once (exit 130).",
+    ),
+    Command(
+        "web",
+        "serve a web page for operators (127.0.0.1, read-only unless --allow-redrive)",
+        _web_options,
+        cmd_web,
+        "Serve a page with the counts by status, the oldest due job, and the dead jobs by "
+        "reason with their attempt history; with --allow-redrive, a form redrives a dead "
+        "job with a required note. Binds 127.0.0.1 on a free port unless told otherwise.",
     ),
     Command(
         "demo",
