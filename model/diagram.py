@@ -28,7 +28,7 @@ from transitions.extensions import GraphMachine
 
 from model.explore import BOUND_HELP, RECORD_PATH, load_record
 from model.job import FIRES, GUARDS, Job, machine_config
-from model.lifecycle import EFFECTS, OPERATION_STEPS, TRANSITIONS
+from model.lifecycle import CLAIM_ORDERS, EFFECTS, OPERATION_STEPS, TRANSITIONS
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "state-machine.md"
 
@@ -171,6 +171,15 @@ def operations_table() -> list[str]:
     ]
 
 
+def claim_orders_table() -> list[str]:
+    """Which jobs a claim looks at, per backend (``CLAIM_ORDERS``)."""
+    return [
+        "| claim order | which jobs a claim looks at |",
+        "|---|---|",
+        *(f"| `{name}` | {rule} |" for name, rule in CLAIM_ORDERS.items()),
+    ]
+
+
 def _cell(values: Sequence[object]) -> str:
     return ", ".join(f"`{value}`" for value in values) if values else "—"
 
@@ -263,6 +272,14 @@ def render(record_path: Path = RECORD_PATH) -> str:
         "`enqueue` adds a `pending` job and fires nothing; `run_once` is a `claim`, a delivery"
         " outside any transaction and a `finish` at a second clock reading.\n",
         *operations_table(),
+        "\n## Claim order, per backend\n",
+        "The one place where the backends differ, kept as data"
+        " (`model.lifecycle.CLAIM_ORDERS`, `QueueModel(claim_order=...)`). Every other"
+        " promise is the same on both: at most one live ticket per job, fencing on finish,"
+        " the quarantine rules, redrive keeping the token, nothing lost. The parallel"
+        " suite (`tests/parallel`) judges SQLite's concurrent histories against `strict`"
+        " and PostgreSQL's against `relaxed`.\n",
+        *claim_orders_table(),
         *explored_section(load_record(record_path)),
     ]
     return "\n".join(sections) + "\n"

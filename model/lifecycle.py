@@ -84,6 +84,14 @@ FINISH_TRIGGERS: Final[dict[str, tuple[str, ...]]] = {
 }
 REDRIVE_TRIGGERS: Final = ("redrive",)
 
+# Which jobs a claim's two steps look at, per backend: the one place where backends
+# differ. ``QueueModel(claim_order=...)`` keeps it; the history checker of
+# ``tests/parallel`` judges each backend's concurrent runs against its own row.
+CLAIM_ORDERS: Final[dict[str, str]] = {
+    "strict": "Every job, in seq order: no other call holds a row while a claim runs (SQLite: a claim holds the file's one write lock from its first read to its commit).",
+    "relaxed": "Every job that no overlapping call holds: a claim passes over the rows other transactions have locked, in both steps, so it leases the lowest-seq claimable job among the rest, and returns nothing only if every claimable job was held (PostgreSQL: `FOR UPDATE SKIP LOCKED`). A row is held by a call that overlaps the claim in real time and locks it: a finish of its ticket, a redrive of its id, another claim that quarantines it or looks at it while choosing (the first `limit` claimable jobs of each of the three queues it searches: fresh, retried, expired leases). Alone, a relaxed claim is a strict one.",
+}
+
 OPERATION_STEPS: Final[list[tuple[str, tuple[str, ...]]]] = [
     ("claim, step 1: every job, in seq order", QUARANTINE_TRIGGERS),
     ("claim, step 2: the lowest-seq job that fires", CLAIM_TRIGGERS),

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from model.job import Call, Job, JobRow, fire_first, new_machine
 from model.lifecycle import (
+    CLAIM_ORDERS,
     CLAIM_TRIGGERS,
     FINISH_TRIGGERS,
     QUARANTINE_TRIGGERS,
@@ -110,19 +111,31 @@ class QueueModel:
 
     Its jobs share one lifecycle machine (``model.job.new_machine``): one
     machine per queue, never one per job.
+
+    ``claim_order`` is the backend's row of ``model.lifecycle.CLAIM_ORDERS``:
+    ``strict`` (SQLite) or ``relaxed`` (PostgreSQL), whose claims pass over the jobs
+    declared ``held_elsewhere``. With nothing held the two are the same.
+
+    Raises:
+        ValueError: an unknown claim order.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, claim_order: str = "strict") -> None:
+        if claim_order not in CLAIM_ORDERS:
+            known = sorted(CLAIM_ORDERS)
+            raise ValueError(f"claim order must be one of {known}, not {claim_order!r}")
+        self.claim_order = claim_order
         self._lifecycle = new_machine()
         self._jobs: dict[str, Job] = {}
         self._redrives: list[Redrive] = []
+        self._held: frozenset[str] = frozenset()
 
     @classmethod
-    def from_rows(cls, rows: Rows) -> QueueModel:
+    def from_rows(cls, rows: Rows, claim_order: str = "strict") -> QueueModel:
         """The queue whose ``rows()`` are ``rows``: each job put back in its lifecycle
         state, the audit log as it was. ``QueueModel.from_rows(q.rows())`` behaves as
         ``q`` from then on (the queue's whole state is its two tables)."""
-        queue = cls()
+        queue = cls(claim_order)
         for values in rows["jobs"]:
             row: JobRow = tuple(values)
             job = Job(row[0], row[1], row[2], row[5], 0, 0)
@@ -131,6 +144,36 @@ class QueueModel:
             queue._jobs[job.id] = job
         queue._redrives = [Redrive(*values) for values in rows["redrives"]]
         return queue
+
+    def held_elsewhere(self, job_ids: Iterable[str]) -> None:
+        """Declare the jobs ``job_ids`` locked by overlapping calls, for the claims that
+        follow (``relaxed`` order only): both steps of a claim pass over them, as
+        ``FOR UPDATE SKIP LOCKED`` does. An empty collection releases them.
+
+        Raises:
+            ValueError: a job held under the ``strict`` order, where no claim ever
+                meets a row held by another call.
+        """
+        held = frozenset(job_ids)
+        if held and self.claim_order != "relaxed":
+            raise ValueError(f"a {self.claim_order} claim order holds no rows elsewhere")
+        self._held = held
+
+    def quarantinable(self, now_ms: int) -> list[str]:
+        """The ids of the jobs a claim at ``now_ms`` would quarantine, in seq order."""
+        call = Call(now_ms=now_ms)
+        return [job.id for job in self._jobs.values() if _may_fire(job, QUARANTINE_TRIGGERS, call)]
+
+    def claimable(self, now_ms: int) -> list[str]:
+        """The ids of the jobs a claim at ``now_ms`` may lease once its quarantine is
+        done (``claim`` or ``reclaim`` fires on them), in seq order."""
+        call = Call(now_ms=now_ms)
+        return [
+            job.id
+            for job in self._jobs.values()
+            if not _may_fire(job, QUARANTINE_TRIGGERS, call)
+            and _may_fire(job, CLAIM_TRIGGERS, call)
+        ]
 
     # --- 3. enqueue ----------------------------------------------------------
 
@@ -258,14 +301,17 @@ class QueueModel:
         return tickets
 
     def _quarantine(self, call: Call) -> None:
-        """Move to ``dead`` every pending job and expired lease that can no longer succeed."""
+        """Move to ``dead`` every pending job and expired lease that can no longer succeed
+        (passing over the jobs held elsewhere)."""
         for job in self._jobs.values():
-            fire_first(job, QUARANTINE_TRIGGERS, call)
+            if job.id not in self._held:
+                fire_first(job, QUARANTINE_TRIGGERS, call)
 
     def _lease_first_claimable(self, call: Call) -> Job | None:
-        """Lease the lowest-seq job that ``claim`` or ``reclaim`` fires on; ``None`` if none."""
+        """Lease the lowest-seq job that ``claim`` or ``reclaim`` fires on (passing over the
+        jobs held elsewhere); ``None`` if none."""
         for job in self._jobs.values():
-            if fire_first(job, CLAIM_TRIGGERS, call) is not None:
+            if job.id not in self._held and fire_first(job, CLAIM_TRIGGERS, call) is not None:
                 return job
         return None
 
@@ -463,6 +509,11 @@ class QueueModel:
         for job, row in zip(self._jobs.values(), rows, strict=True):
             job.restore(row)
         del self._redrives[audit_count:]
+
+
+def _may_fire(job: Job, triggers: tuple[str, ...], call: Call) -> bool:
+    """Whether one of ``triggers`` would fire on ``job`` for ``call`` (nothing changes)."""
+    return any(job.may_trigger(trigger, call) for trigger in triggers)
 
 
 def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:

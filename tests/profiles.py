@@ -59,23 +59,25 @@ settings.register_profile(
 class ParallelSizes:
     """How much the parallel suite (``tests/parallel``) does under a profile.
 
-    ``examples``: programs drawn; ``repeats``: runs of each candidate once a failure
-    has been seen (interleavings are not deterministic; see ``tests.parallel.trial``);
-    ``budget``: the history checker's model steps per run before "unknown".
+    ``examples``: programs drawn on SQLite, ``postgres_examples`` on PostgreSQL;
+    ``repeats``: runs of each candidate once a failure has been seen (interleavings are
+    not deterministic; see ``tests.parallel.trial``); ``budget``: the history checker's
+    model steps per run before "unknown".
     """
 
     examples: int
     repeats: int
+    postgres_examples: int
     budget: int = 100_000
 
 
 # ci: 2,400 programs took 104 s on 2 cores otherwise idle (2026-12-01): about the 2 minutes
 # the parallel suite is given in make test (docs/testing.md, "Parallel histories").
 PARALLEL: dict[str, ParallelSizes] = {
-    "ci": ParallelSizes(examples=2400, repeats=5),
-    "dev": ParallelSizes(examples=100, repeats=5),
-    "mutation": ParallelSizes(examples=200, repeats=1),
-    "fuzz": ParallelSizes(examples=1_000_000, repeats=10),
+    "ci": ParallelSizes(examples=2400, repeats=5, postgres_examples=300),
+    "dev": ParallelSizes(examples=100, repeats=5, postgres_examples=50),
+    "mutation": ParallelSizes(examples=200, repeats=1, postgres_examples=100),
+    "fuzz": ParallelSizes(examples=1_000_000, repeats=10, postgres_examples=1_000_000),
 }
 
 
@@ -84,7 +86,9 @@ def profile_name() -> str:
     return os.environ.get("HYPOTHESIS_PROFILE", "ci")
 
 
-def parallel_settings() -> tuple[settings, ParallelSizes]:
-    """The active profile's settings, sized for the parallel suite, and its sizes."""
+def parallel_settings(backend: str = "sqlite") -> tuple[settings, ParallelSizes]:
+    """The active profile's settings, sized for the parallel suite on ``backend``
+    (``sqlite`` or ``postgres``), and its sizes."""
     sizes = PARALLEL[profile_name()]
-    return settings(settings.get_profile(profile_name()), max_examples=sizes.examples), sizes
+    examples = sizes.examples if backend == "sqlite" else sizes.postgres_examples
+    return settings(settings.get_profile(profile_name()), max_examples=examples), sizes

@@ -117,7 +117,8 @@ class Lane:
         kwargs = {name: value for name, value in args.items() if value is not None}
         if "fault" in args:
             kwargs["fault"] = hook(args["fault"])
-        return plain(getattr(self.module, verb)(self.con, **kwargs))
+        with self.backend.watching_waits(self.con, verb):
+            return plain(getattr(self.module, verb)(self.con, **kwargs))
 
     def courier_round(self, index: int, args: dict[str, Any]) -> Any:
         readings = iter(args["readings"])

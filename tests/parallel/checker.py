@@ -13,9 +13,10 @@ what each call was seen to do. The rules it keeps:
    output is not checked (there is none). Nothing has to come after it.
 3. The model is three functions (``Model``): ``init()`` the first state, ``step(state,
    op)`` the state after ``op`` if the model can do what ``op`` was seen to do there
-   (else ``None``), and ``final(state)`` whether a complete order may end in ``state``
-   (the rows found in the file after the run). States must be hashable; two equal
-   states are the same state.
+   (else ``None``; a model that may do it in several ways returns ``Choices`` of the
+   states it may leave), and ``final(state)`` whether a complete order may end in
+   ``state`` (the rows found in the file after the run). States must be hashable; two
+   equal states are the same state.
 4. Memoization: a (set of calls placed, state) pair is explored once. Steps are cached
    per (state, call), so the model runs each call once in each state.
 5. The search has a budget: model steps plus states explored. When it runs out, the
@@ -57,6 +58,11 @@ class Operation:
         return self.returned is not None
 
 
+class Choices(tuple[Any, ...]):
+    """The states a call may leave when the model allows it more than one way (a claim
+    that may pass over rows other calls hold); empty: the call is impossible there."""
+
+
 class Model(Protocol[S]):
     """A sequential specification, as the checker runs it."""
 
@@ -64,10 +70,10 @@ class Model(Protocol[S]):
         """The state before the first call."""
         ...
 
-    def step(self, state: S, op: Operation) -> S | None:
-        """The state after ``op`` in ``state``, or ``None`` if the model cannot do
-        there what ``op`` was seen to do (for a call that never returned, only
-        whether the call is possible at all)."""
+    def step(self, state: S, op: Operation) -> S | Choices | None:
+        """The state after ``op`` in ``state`` (or the ``Choices`` of states it may
+        leave), or ``None`` if the model cannot do there what ``op`` was seen to do
+        (for a call that never returned, only whether the call is possible at all)."""
         ...
 
     def final(self, state: S) -> bool:
@@ -84,9 +90,9 @@ class Verdict(Generic[S]):
 
     ``ok``: ``order`` is a complete order of the calls (by id) that the model explains,
     ``state`` its last state. ``illegal``: no order exists; ``order`` is the longest
-    partial order found and ``stuck`` the calls, each of which could not be placed
-    after it (or empty, when every call was placed but no order ended in a state that
-    ``final`` accepts). ``unknown``: the budget ran out first.
+    partial order found, ``state`` the state it leaves, and ``stuck`` the calls, each
+    of which could not be placed after it (or empty, when every call was placed but no
+    order ended in a state that ``final`` accepts). ``unknown``: the budget ran out first.
     """
 
     outcome: Outcome
@@ -116,20 +122,25 @@ class _Search(Generic[S]):
             if op.completed:
                 self.required |= 1 << i
         self.seen: set[tuple[int, S]] = set()
-        self.cache: dict[tuple[S, int], S | None] = {}
+        self.cache: dict[tuple[S, int], tuple[S, ...]] = {}
         self.best: tuple[int, ...] = ()
         self.best_stuck: frozenset[int] = frozenset()
+        self.best_state: S | None = None
         self.all_placed_once = False
 
-    def step(self, state: S, i: int) -> S | None:
+    def step(self, state: S, i: int) -> tuple[S, ...]:
+        """The states the call ``i`` may leave after ``state`` (none: it cannot come next)."""
         key = (state, i)
         if key in self.cache:
             return self.cache[key]
         self.spend()
         self.steps += 1
         after = self.model.step(state, self.ops[i])
-        self.cache[key] = after
-        return after
+        states: tuple[S, ...] = (
+            () if after is None else tuple(after) if isinstance(after, Choices) else (after,)
+        )
+        self.cache[key] = states
+        return states
 
     def spend(self) -> None:
         if self.steps + len(self.seen) >= self.budget:
@@ -163,16 +174,15 @@ class _Search(Generic[S]):
                 if self.model.final(state):
                     return order, state
             options = self.candidates(placed)
-            moves = []
+            moves: list[tuple[int, S, tuple[int, ...]]] = []
             failed = []
             for i in options:
-                after = self.step(state, i)
-                if after is None:
+                states = self.step(state, i)
+                if not states:
                     failed.append(self.ops[i].id)
-                else:
-                    moves.append((placed | 1 << i, after, (*order, self.ops[i].id)))
+                moves.extend((placed | 1 << i, after, (*order, self.ops[i].id)) for after in states)
             if len(order) > len(self.best) or not self.best:
-                self.best, self.best_stuck = order, frozenset(failed)
+                self.best, self.best_stuck, self.best_state = order, frozenset(failed), state
             # Try the earliest-invoked call first: pushed last, popped first.
             stack.extend(reversed(moves))
         return None
@@ -208,6 +218,7 @@ def check(operations: Sequence[Operation], model: Model[S], budget: int = 200_00
         "illegal",
         search.best,
         stuck=stuck,
+        state=search.best_state,
         steps=search.steps,
         explored=len(search.seen),
         notes=notes,

@@ -7,10 +7,13 @@ about how the calls behaved rather than what they returned:
 
 - ``send_outside_transactions``: ``run_once`` sends with no transaction open (the
   contract: "never hold a DB transaction while waiting for the outside answer");
-- ``locks_wait_their_turn``: a call refused the write lock only after waiting out the
-  busy timeout. A refusal much sooner is a deadlock that SQLite broke at once: a
-  transaction that read before it wrote (a ``BEGIN`` that is not ``IMMEDIATE``) asked
-  for the write lock while another writer waited for its read lock to go.
+- ``locks_wait_their_turn`` (SQLite): a call refused the write lock only after waiting
+  out the busy timeout. A refusal much sooner is a deadlock that SQLite broke at once:
+  a transaction that read before it wrote (a ``BEGIN`` that is not ``IMMEDIATE``) asked
+  for the write lock while another writer waited for its read lock to go;
+- ``claims_never_wait`` (PostgreSQL): no claim waited for a row lock another call
+  held (claims run with a short lock timeout, ``PostgresBackend.watching_waits``):
+  claimers on many hosts must not queue up behind one another.
 """
 
 from __future__ import annotations
@@ -48,9 +51,13 @@ class Judgement:
 def judge(run: Run, backend: Backend, budget: int = DEFAULT_BUDGET) -> Judgement:
     """Check one run (see the module docstring)."""
     ops = operations(run.records, backend.lock_not_granted)
-    spec = QueueSpec(run.rows, backend.claim_order)
+    spec = QueueSpec(run.rows, backend.claim_order, ops)
     verdict = check(ops, spec, budget)
-    problems = send_outside_transactions(run.records) + locks_wait_their_turn(run.records, backend)
+    problems = send_outside_transactions(run.records)
+    if backend.busy_timeout_s:
+        problems += locks_wait_their_turn(run.records, backend)
+    else:
+        problems += claims_never_wait(run.records, backend)
     return Judgement(run, verdict, ops, problems)
 
 
@@ -77,3 +84,12 @@ def locks_wait_their_turn(records: list[Record], backend: Backend) -> list[str]:
                 " that read before it wrote)"
             )
     return problems
+
+
+def claims_never_wait(records: list[Record], backend: Backend) -> list[str]:
+    return [
+        f"{record.label} {record.verb}: waited for a row lock another call held, past the"
+        " lock timeout (a claim must pass over locked rows, FOR UPDATE SKIP LOCKED)"
+        for record in records
+        if record.verb in ("claim", "claim_many") and not_granted(record, backend.lock_not_granted)
+    ]

@@ -1,13 +1,16 @@
-"""Concurrency bugs planted in copies of ``worker.py``: what the parallel suite must catch.
+"""Concurrency bugs planted in copies of ``worker.py`` and ``pgworker.py``: what the
+parallel suite must catch.
 
-Each ``Plant`` is a realistic mistake, made by exact text replacements in worker.py's
-source; every replaced text must appear exactly once, so a plant that no longer fits
-the code fails loudly instead of planting nothing. ``plant(bug, folder)`` writes the
-copy and returns the backend that runs it. ``docs/testing.md`` records, for each one,
-whether the sequential lockstep catches it and what the parallel suite takes to.
+Each ``Plant`` is a realistic mistake, made by exact text replacements in the source of
+its module (``worker`` for SQLite, ``pgworker`` for PostgreSQL); every replaced text
+must appear exactly once, so a plant that no longer fits the code fails loudly instead
+of planting nothing. ``plant(bug, folder, conninfo)`` writes the copy and returns the
+backend that runs it. ``docs/testing.md`` records, for each one, whether the sequential
+lockstep catches it and what the parallel suite takes to.
 
     python -m tests.parallel.planted --lockstep --json FILE   # every plant, both suites
     python -m tests.parallel.planted --only finish-deferred-begin
+    python -m tests.parallel.planted --backend postgres       # the PostgreSQL plants
     python -m tests.parallel.planted --table FILE             # the docs' table of a run
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.parallel.backends import SQLiteBackend
+from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +31,11 @@ class Plant:
     name: str
     summary: str
     replacements: tuple[tuple[str, str], ...]
+    module: str = "worker"
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.module == "worker" else "postgres"
 
     def source(self, original: str) -> str:
         text = original
@@ -56,7 +64,7 @@ _CLAIM_TXN = """    with _write_transaction(con, fault) as hooks:
         hooks.reached("after-claim")
     return ticket"""
 
-PLANTS = (
+SQLITE_PLANTS = (
     Plant(
         "finish-deferred-begin",
         "finish opens its transaction with a deferred BEGIN: its first statement reads,"
@@ -215,20 +223,129 @@ def _live_lease(con: Any, ticket: Any, now_ms: int) -> Any:
     ),
 )
 
+# pgworker.py's own texts, quoted on purpose as above.
+_PG_SEARCH_LOCK = 'ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""'
+_PG_PICKED = "  FROM picked WHERE jobs.seq = picked.seq\n"
+_PG_TICKET_MATCH = """ AND jobs.status = 'leased'
+    AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
+    AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
+    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
+"""
+_PG_SETTLE_CALL = """    statuses: list[str | bool] = [False] * len(settlements)
+    with _statement_transaction(con, fault) as hooks:
+        for n, status in _rows(con, _SETTLE, params):"""
+
+PG_PLANTS = (
+    Plant(
+        "pg-claim-without-skip-locked",
+        "claim picks the lowest claimable seq with a plain read and updates that row with"
+        " no lock and no re-check: two claimers lease the same job",
+        ((_PG_SEARCH_LOCK, 'ORDER BY seq LIMIT %(limit)s"""'),),
+        module="pgworker",
+    ),
+    Plant(
+        "pg-claim-recheck-none",
+        "claim picks with a plain read, then updates only if the row is still claimable:"
+        " after waiting for another claimer's lock, READ COMMITTED's re-check fails and"
+        " the claim returns nothing while other jobs are claimable",
+        (
+            (_PG_SEARCH_LOCK, 'ORDER BY seq LIMIT %(limit)s"""'),
+            (
+                _PG_PICKED,
+                _PG_PICKED.rstrip("\n")
+                + " AND jobs.deadline > %(now)s AND jobs.attempts < jobs.max_attempts"
+                " AND ((jobs.status = 'pending' AND jobs.available_at <= %(now)s)"
+                " OR (jobs.status = 'leased' AND jobs.lease_until <= %(now)s))\n",
+            ),
+        ),
+        module="pgworker",
+    ),
+    Plant(
+        "pg-quarantine-waits",
+        "the quarantine sweep locks its rows FOR UPDATE without SKIP LOCKED: every claimer"
+        " waits for the rows another claimer or a finish holds",
+        (
+            (
+                "{_QUARANTINABLE} FOR UPDATE SKIP LOCKED))),",
+                "{_QUARANTINABLE} FOR UPDATE))),",
+            ),
+        ),
+        module="pgworker",
+    ),
+    Plant(
+        "pg-finish-selects-then-updates",
+        "finish checks the ticket with a SELECT, then updates the row by id: a claim"
+        " between the two loses its lease to the stale finish",
+        (
+            (_PG_TICKET_MATCH, "\n"),
+            (
+                _PG_SETTLE_CALL,
+                """    live = {n for (n,) in _rows(con, _SETTLE_CHECK, params)}
+    keep = [i for i, n in enumerate(sent) if n in live]
+    for key in (*TICKET_KEYS, "n", "outcome", "delay_ms"):
+        params[key] = [params[key][i] for i in keep]
+"""
+                + _PG_SETTLE_CALL,
+            ),
+            (
+                "# redrive: the job row is locked first",
+                '_SETTLE_CHECK = "SELECT given.n FROM jobs, " + _SETTLE[_SETTLE.index("unnest("):'
+                ' _SETTLE.index("RETURNING")].replace(" AND jobs.id = given.id\\n",'
+                ' " AND jobs.id = given.id' + _PG_TICKET_MATCH.replace("\n", " ") + '")\n\n'
+                "# redrive: the job row is locked first",
+            ),
+        ),
+        module="pgworker",
+    ),
+    Plant(
+        "pg-repeatable-read",
+        "the queue runs at REPEATABLE READ and retries nothing: a claim or a finish that"
+        " meets a row changed since its snapshot fails with a serialization error",
+        (
+            (
+                "default_transaction_isolation = 'read committed'",
+                "default_transaction_isolation = 'repeatable read'",
+            ),
+        ),
+        module="pgworker",
+    ),
+    Plant(
+        "pg-redrive-reads-unlocked",
+        "redrive reads the job's status without locking its row: two operators redrive"
+        " one dead job and both write an audit row",
+        (
+            (
+                '"SELECT seq, status, token FROM jobs WHERE id = %s FOR UPDATE"',
+                '"SELECT seq, status, token FROM jobs WHERE id = %s"',
+            ),
+        ),
+        module="pgworker",
+    ),
+)
+
+PLANTS = (*SQLITE_PLANTS, *PG_PLANTS)
 BY_NAME = {bug.name: bug for bug in PLANTS}
 
 
-def plant(bug: Plant, folder: Path) -> SQLiteBackend:
-    """Write worker.py with ``bug`` planted into ``folder``; the backend that runs it."""
-    path = folder / f"worker_{bug.name.replace('-', '_')}.py"
-    path.write_text(bug.source((ROOT / "worker.py").read_text(encoding="utf-8")), encoding="utf-8")
-    return SQLiteBackend(module_path=str(path))
+def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Backend:
+    """Write the module with ``bug`` planted into ``folder``; the backend that runs it
+    (a PostgreSQL plant runs on the database of ``conninfo``)."""
+    path = folder / f"{bug.module}_{bug.name.replace('-', '_')}.py"
+    original = (ROOT / f"{bug.module}.py").read_text(encoding="utf-8")
+    path.write_text(bug.source(original), encoding="utf-8")
+    if bug.backend == "sqlite":
+        return SQLiteBackend(module_path=str(path))
+    if conninfo is None:
+        raise ValueError(f"plant {bug.name} runs on PostgreSQL: give a conninfo")
+    return PostgresBackend(conninfo, module_path=str(path))
 
 
 # --- The measurement: python -m tests.parallel.planted ------------------------------------
 
 
-def hunt(bug: Plant, folder: Path, repeats: int = 10) -> dict[str, object]:
+def hunt(
+    bug: Plant, folder: Path, conninfo: str | None = None, repeats: int = 10
+) -> dict[str, object]:
     """Run the parallel suite, as CI runs it (the ``ci`` profile, derandomized), on the
     plant: how long until the first failure, and what the shrunk program is."""
     import time
@@ -240,9 +357,9 @@ def hunt(bug: Plant, folder: Path, repeats: int = 10) -> dict[str, object]:
     from tests.parallel.trial import Trial, Trials
     from tests.profiles import parallel_settings
 
-    ci_settings, sizes = parallel_settings()
+    ci_settings, sizes = parallel_settings(bug.backend)
     pool = Pool()
-    trials = Trials(pool, plant(bug, folder), repeats, sizes.budget)
+    trials = Trials(pool, plant(bug, folder, conninfo), repeats, sizes.budget)
     started = time.monotonic()
     seen: dict[str, object] = {}
     last: list[Trial] = []
@@ -289,16 +406,20 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
     copy = folder / f"project-{bug.name}"
     copy.mkdir()
     # The committed tests, not the working tree's: a half-made edit must not count as a kill.
+    parts = ["model", "courier", "tests", "pyproject.toml", "worker.py", "pgworker.py"]
     archive = subprocess.run(
-        ["git", "archive", "HEAD", "model", "courier", "tests", "pyproject.toml"],
+        ["git", "archive", "HEAD", *parts],
         cwd=ROOT,
         capture_output=True,
         check=True,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
-    (copy / "worker.py").write_text(
-        bug.source((ROOT / "worker.py").read_text(encoding="utf-8")), encoding="utf-8"
-    )
+    planted = copy / f"{bug.module}.py"
+    planted.write_text(bug.source(planted.read_text(encoding="utf-8")), encoding="utf-8")
+    suite = {
+        "sqlite": "tests/stateful/test_lockstep.py",
+        "postgres": "tests/contract/test_lockstep.py",
+    }[bug.backend]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONPATH": str(copy)}
     started = time.monotonic()
     try:
@@ -311,7 +432,7 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
                 "-q",
                 "-p",
                 "no:cacheprovider",
-                "tests/stateful/test_lockstep.py",
+                suite,
             ],
             cwd=copy,
             env=env,
@@ -348,11 +469,15 @@ def table(results: list[dict[str, object]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import contextlib
     import json
     import tempfile
 
     parser = argparse.ArgumentParser(description="Measure the parallel suite on each plant.")
     parser.add_argument("--only", action="append", choices=sorted(BY_NAME), help="one plant")
+    parser.add_argument(
+        "--backend", choices=("sqlite", "postgres"), help="only the plants of one backend"
+    )
     parser.add_argument("--lockstep", action="store_true", help="also run the sequential suite")
     parser.add_argument("--no-hunt", action="store_true", help="only the sequential suite")
     parser.add_argument("--json", type=Path, help="write the results here")
@@ -361,14 +486,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(json.loads(args.table.read_text(encoding="utf-8"))))
         return 0
+    from tests.postgres import session_server
+
+    chosen = [
+        bug
+        for bug in PLANTS
+        if (not args.only or bug.name in args.only)
+        and (args.backend is None or bug.backend == args.backend)
+    ]
     results = []
-    with tempfile.TemporaryDirectory(prefix="planted-") as scratch:
-        for bug in PLANTS:
-            if args.only and bug.name not in args.only:
-                continue
+    with contextlib.ExitStack() as stack:
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="planted-"))
+        conninfo = None
+        if any(bug.backend == "postgres" for bug in chosen) and not args.no_hunt:
+            server = stack.enter_context(session_server())
+            conninfo = server.fresh_database()
+            stack.callback(server.drop, conninfo)
+        for bug in chosen:
             result: dict[str, object] = {"plant": bug.name}
             if not args.no_hunt:
-                result = hunt(bug, Path(scratch))
+                result = hunt(bug, Path(scratch), conninfo)
             if args.lockstep or args.no_hunt:
                 result.update(lockstep(bug, Path(scratch)))
             results.append(result)

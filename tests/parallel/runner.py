@@ -111,15 +111,18 @@ class Pool:
         """Run ``program`` once on a new queue of ``backend``; the records and the rows."""
         with self.lock, scratch_folder() as folder:
             target = backend.create(folder)
-            recorder = Recorder()
-            tickets: Tickets = {}
-            con = backend.connect(target)
             try:
-                Lane(PREFIX, backend, con, tickets, recorder.emit).run(program.prefix)
+                recorder = Recorder()
+                tickets: Tickets = {}
+                con = backend.connect(target)
+                try:
+                    Lane(PREFIX, backend, con, tickets, recorder.emit).run(program.prefix)
+                finally:
+                    backend.close(con)
+                self.run_branches(program, backend, target, tickets, recorder)
+                return Run(program, recorder.in_order(), backend.rows(target), recorder.skipped)
             finally:
-                backend.close(con)
-            self.run_branches(program, backend, target, tickets, recorder)
-            return Run(program, recorder.in_order(), backend.rows(target), recorder.skipped)
+                backend.discard(target)
 
     def run_branches(
         self, program: Program, backend: Backend, target: str, tickets: Tickets, rec: Recorder

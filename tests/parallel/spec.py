@@ -10,17 +10,26 @@ The model's side of each fault: ``raise`` raises the same error at the same poin
 the model rolls back, or keeps an after-commit change, as the contract says); ``pause``
 does nothing; ``kill`` raises ``Killed`` at its point, since a call that returned never
 got there. A call that never returned is made with no hook and its output not checked.
+
+The claim order is the backend's row of ``model.lifecycle.CLAIM_ORDERS``. Under
+``relaxed`` (PostgreSQL), a claim may pass over the rows that the calls overlapping it
+in real time may hold locked (``may_hold``); which of them it met locked, the history
+does not say, so ``step`` tries every subset of those that matters (the rows its two
+steps would touch) and returns the ``Choices`` of the states where the model did what
+the call was seen to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import model
+from model.lifecycle import CLAIM_ORDERS
 from model.queue import RETRY_BASE_MS, RETRY_CAP_MS
-from tests.parallel.checker import Operation
+from tests.parallel.checker import Choices, Operation
 from tests.parallel.history import Observed, frozen, outcome_of
 from tests.parallel.program import Fault, InjectedFault, Killed, Send
 from tests.support import Rows
@@ -36,9 +45,9 @@ class State:
     redrives: JobRows
     holding: tuple[tuple[int, Any], ...] = ()
 
-    def queue(self) -> model.QueueModel:
+    def queue(self, claim_order: str = "strict") -> model.QueueModel:
         return model.QueueModel.from_rows(
-            {"jobs": list(self.jobs), "redrives": list(self.redrives)}
+            {"jobs": list(self.jobs), "redrives": list(self.redrives)}, claim_order
         )
 
     def ticket_of(self, claim: int) -> dict[str, Any] | None:
@@ -55,15 +64,25 @@ def state_of(rows: Rows, holding: tuple[tuple[int, Any], ...] = ()) -> State:
 class QueueSpec:
     """``QueueModel`` as the checker's ``Model``: ``init``, ``step``, ``final``.
 
-    ``claim_order`` is the backend's promise about claim order (``strict``: each claim
-    takes the lowest-seq claimable job at the moment it takes effect).
+    ``claim_order`` is the backend's promise about claim order, a key of
+    ``model.lifecycle.CLAIM_ORDERS``; under ``relaxed``, ``history`` (every operation
+    of the run) says which calls overlap which.
     """
 
-    def __init__(self, final_rows: Rows, claim_order: str = "strict") -> None:
-        if claim_order != "strict":
+    def __init__(
+        self, final_rows: Rows, claim_order: str = "strict", history: Sequence[Operation] = ()
+    ) -> None:
+        if claim_order not in CLAIM_ORDERS:
             raise ValueError(f"claim order {claim_order!r} is not modelled")
         self.final_rows = state_of(final_rows)
         self.claim_order = claim_order
+        self.overlapping: dict[int, tuple[Operation, ...]] = {}
+        if claim_order == "relaxed":
+            self.overlapping = {
+                op.id: tuple(other for other in history if other.id != op.id and overlap(op, other))
+                for op in history
+            }
+        self.by_id = {op.id: op for op in history}
 
     def init(self) -> State:
         return State((), ())
@@ -71,9 +90,67 @@ class QueueSpec:
     def final(self, state: State) -> bool:
         return (state.jobs, state.redrives) == (self.final_rows.jobs, self.final_rows.redrives)
 
-    def step(self, state: State, op: Operation) -> State | None:
+    def step(self, state: State, op: Operation) -> State | Choices | None:
         observed: Observed = op.call
+        if observed.verb in CLAIMS or observed.part == "claim":
+            held = self.may_hold(state, op)
+            if held:
+                return self.claim_choices(state, op, held)
+        return self.step_holding(state, op, frozenset())
+
+    def claim_choices(self, state: State, op: Operation, held: frozenset[str]) -> Choices:
+        """Every state the claim ``op`` may leave, meeting locked any subset of ``held``."""
+        after = []
+        for size in range(len(held) + 1):
+            for subset in itertools.combinations(sorted(held), size):
+                got = self.step_holding(state, op, frozenset(subset))
+                if got is not None and got not in after:
+                    after.append(got)
+        return Choices(after)
+
+    def may_hold(self, state: State, op: Operation) -> frozenset[str]:
+        """The jobs that the calls overlapping ``op`` may hold locked while it runs, among
+        those its quarantine or its search would touch in ``state``."""
+        overlapping = self.overlapping.get(op.id, ())
+        if not overlapping:
+            return frozenset()
         queue = state.queue()
+        now_ms = claim_time(op.call)
+        if now_ms is None:
+            return frozenset()
+        touched = touched_by_claim(queue, now_ms, limit=None)
+        held: set[str] = set()
+        for other in overlapping:
+            held |= self.locked_by(queue, other)
+        return frozenset(held & touched)
+
+    def locked_by(self, queue: model.QueueModel, op: Operation) -> set[str]:
+        """The jobs ``op`` may lock (PostgreSQL's row locks): a finish its tickets' jobs, a
+        redrive its job, a claim what it quarantines, leases or looks at first in each of
+        its searches."""
+        observed: Observed = op.call
+        kwargs = observed.kwargs
+        if observed.verb == "finish":
+            return {kwargs["ticket"]["id"]}
+        if observed.verb == "finish_many":
+            return {item["ticket"]["id"] for item in kwargs["results"]}
+        if observed.verb == "redrive":
+            return {kwargs["job_id"]}
+        if observed.part == "finish":
+            assert observed.pair is not None
+            return {self.by_id[observed.pair].call.output[1]["id"]}
+        if observed.verb in CLAIMS or observed.part == "claim":
+            now_ms = claim_time(observed)
+            if now_ms is None:
+                return set()
+            return locked_by_claim(queue, now_ms, kwargs.get("limit", 1), tickets_seen(observed))
+        return set()
+
+    def step_holding(self, state: State, op: Operation, held: frozenset[str]) -> State | None:
+        """``step`` with the jobs ``held`` locked by other calls (``relaxed`` only)."""
+        observed: Observed = op.call
+        queue = state.queue(self.claim_order)
+        queue.held_elsewhere(held)
         if observed.verb == "run_once":
             return self.courier_round(state, queue, observed, op)
         kwargs = observed.kwargs
@@ -157,3 +234,83 @@ def hook_for(fault: Fault | None) -> Callable[[str], None] | None:
             raise Killed(point)
 
     return hook
+
+
+CLAIMS = ("claim", "claim_many")
+
+
+def overlap(one: Operation, other: Operation) -> bool:
+    """Whether two calls overlap in real time (a call that never returned overlaps every
+    call after its invocation)."""
+    return (one.returned is None or other.invoked < one.returned) and (
+        other.returned is None or one.invoked < other.returned
+    )
+
+
+def claim_time(observed: Observed) -> int | None:
+    """The ``now_ms`` of a claim (a ``run_once``'s first clock reading); ``None`` when
+    the call was malformed and so took no lock."""
+    kwargs = observed.kwargs
+    now_ms = kwargs["readings"][0] if observed.verb == "run_once" else kwargs.get("now_ms")
+    output = observed.output
+    if type(now_ms) is not int or (output is not None and output[:2] == ("raised", "ValueError")):
+        return None
+    return now_ms
+
+
+def touched_by_claim(queue: model.QueueModel, now_ms: int, limit: int | None) -> set[str]:
+    """The jobs a claim at ``now_ms`` would lock in ``queue``: every one its quarantine
+    takes, and the first ``limit`` claimable jobs of each search (or every claimable job
+    when ``limit`` is None)."""
+    touched = set(queue.quarantinable(now_ms))
+    for found in searches(queue, now_ms).values():
+        touched.update(found if limit is None else found[:limit])
+    return touched
+
+
+def searches(queue: model.QueueModel, now_ms: int) -> dict[str, list[str]]:
+    """The claimable jobs at ``now_ms`` in each of the searches ``pgworker``'s claim makes
+    (fresh, retried, expired leases), in seq order."""
+    rows = {row[1]: row for row in queue.rows()["jobs"]}
+    found: dict[str, list[str]] = {"fresh": [], "retried": [], "expired": []}
+    for job_id in queue.claimable(now_ms):
+        status, attempts = rows[job_id][3], rows[job_id][4]
+        found["expired" if status == "leased" else "fresh" if attempts == 0 else "retried"].append(
+            job_id
+        )
+    return found
+
+
+def locked_by_claim(
+    queue: model.QueueModel, now_ms: int, limit: int, tickets: dict[str, dict[str, Any]]
+) -> set[str]:
+    """The jobs another claim at ``now_ms`` may have locked, seen from ``queue``: what it
+    quarantines, what it leased (``tickets``: id -> the ticket's fields seen) and the first
+    ``limit`` claimable jobs of each search. Once its leases are in ``queue`` they are no
+    longer claimable there, so a fresh job it leased takes a place of the fresh search."""
+    rows = {row[1]: row for row in queue.rows()["jobs"]}
+    fresh_taken = 0
+    for job_id, seen in tickets.items():
+        row = rows.get(job_id)
+        token = seen.get("token")
+        if row is not None and token is not None and row[6] >= token:
+            fresh_taken += seen.get("attempt") == 1
+    locked = set(queue.quarantinable(now_ms)) | set(tickets)
+    for search, found in searches(queue, now_ms).items():
+        places = limit - fresh_taken if search == "fresh" else limit
+        locked.update(found[: max(places, 0)])
+    return locked
+
+
+def tickets_seen(observed: Observed) -> dict[str, dict[str, Any]]:
+    """The jobs a claim was seen to lease, with what was seen of each ticket (a
+    ``run_once`` shows its delivery's id and, when it returned, the token)."""
+    output = observed.output
+    if output is None or output[0] not in ("returned", "claimed"):
+        return {}
+    value = output[1]
+    if isinstance(value, list):
+        return {ticket["id"]: ticket for ticket in value}
+    if isinstance(value, dict) and value.get("id") is not None:
+        return {value["id"]: value}
+    return {}

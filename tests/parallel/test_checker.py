@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import model
-from tests.parallel.checker import Operation, check
+from tests.parallel.checker import Choices, Operation, check
 from tests.parallel.history import Observed, Record, operations
+from tests.parallel.program import Fault
 from tests.parallel.spec import QueueSpec
 
 NOW = 1000
@@ -286,3 +287,103 @@ def test_operations_need_their_own_ids_and_sane_times():
         check([Operation(0, "a", 1, None, 0, 1), Operation(0, "b", 1, None, 0, 1)], Register())
     with pytest.raises(ValueError, match="before it was invoked"):
         check([Operation(0, "a", 1, None, 5, 1)], Register())
+
+
+# --- the relaxed claim order (PostgreSQL) ------------------------------------------------
+
+
+def claim_that_rolled_back(id: int, label: str, invoked: int, returned: int) -> Operation:
+    """A claim whose fault hook raised before COMMIT: it held its row, then let it go."""
+    return op(
+        id,
+        label,
+        "claim",
+        ("raised", "InjectedFault", "after-claim"),
+        invoked,
+        returned,
+        owner="c1",
+        now_ms=NOW,
+        lease_ms=10,
+        fault=Fault("raise", "after-claim"),
+    )
+
+
+def test_a_relaxed_claim_passes_over_a_job_an_overlapping_claim_held():
+    """c1 locked a, then rolled back; c2, meanwhile, passed a over and took b. No strict
+    order explains it (a stayed claimable); the relaxed one does."""
+    history = [
+        *enqueued("a", "b"),
+        claim_that_rolled_back(2, "b1.0", 100, 300),
+        claim(3, "b2.0", "c2", ticket("b", 1, "c2"), 150, 250),
+    ]
+    queue = model.QueueModel("relaxed")
+    queue.enqueue(**enqueue_call("a")[1])
+    queue.enqueue(**enqueue_call("b")[1])
+    queue.held_elsewhere({"a"})
+    queue.claim(**claim_call("c2")[1])
+    rows = queue.rows()
+    assert check(history, QueueSpec(rows, "strict", history)).outcome == "illegal"
+    assert check(history, QueueSpec(rows, "relaxed", history)).outcome == "ok"
+
+
+def test_a_relaxed_claim_may_not_pass_over_a_job_nobody_held():
+    """The same history, but c1's claim returned before c2's began: nothing overlapped
+    c2, so it had to take a."""
+    history = [
+        *enqueued("a", "b"),
+        claim_that_rolled_back(2, "b1.0", 100, 140),
+        claim(3, "b2.0", "c2", ticket("b", 1, "c2"), 150, 250),
+    ]
+    queue = model.QueueModel("relaxed")
+    queue.enqueue(**enqueue_call("a")[1])
+    queue.enqueue(**enqueue_call("b")[1])
+    queue.held_elsewhere({"a"})
+    queue.claim(**claim_call("c2")[1])
+    assert check(history, QueueSpec(queue.rows(), "relaxed", history)).outcome == "illegal"
+
+
+def test_a_relaxed_claim_returns_nothing_only_when_every_claimable_job_is_held():
+    """c1 leased a while c2's claim ran and found nothing; b was claimable throughout and
+    c1 never looked at it (a single claim looks at the first fresh job only): the
+    READ COMMITTED re-check that gives up, caught."""
+    history = [
+        *enqueued("a", "b"),
+        claim(2, "b1.0", "c1", ticket("a", 1, "c1"), 100, 300),
+        claim(3, "b2.0", "c2", None, 150, 250),
+    ]
+    rows = rows_after(enqueue_call("a"), enqueue_call("b"), claim_call("c1"))
+    verdict = check(history, QueueSpec(rows, "relaxed", history))
+    assert verdict.outcome == "illegal"
+    assert 3 in verdict.stuck
+
+
+def test_a_relaxed_claim_that_met_every_job_held_returns_nothing():
+    """With a alone in the queue, c2 meeting it locked by c1 and returning nothing is
+    what SKIP LOCKED does; the strict order says c2 should have waited its turn."""
+    history = [
+        *enqueued("a"),
+        claim(1, "b1.0", "c1", ticket("a", 1, "c1"), 100, 300),
+        claim(2, "b2.0", "c2", None, 150, 250, now=NOW + 20),
+    ]
+    rows = rows_after(enqueue_call("a"), claim_call("c1"))
+    assert check(history, QueueSpec(rows, "relaxed", history)).outcome == "ok"
+    assert check(history, QueueSpec(rows, "strict", history)).outcome == "illegal"
+
+
+def test_choices_let_a_model_do_one_call_in_several_ways():
+    """A set whose ``take`` may return any member: the checker follows every choice."""
+
+    class AnyMember:
+        def init(self) -> frozenset[int]:
+            return frozenset({1, 2})
+
+        def step(self, state: frozenset[int], op: Operation) -> Choices:
+            return Choices(state - {member} for member in sorted(state) if member == op.output)
+
+        def final(self, state: frozenset[int]) -> bool:
+            return not state
+
+    takes = [Operation(0, "p", "take", 2, 0, 10), Operation(1, "q", "take", 1, 5, 15)]
+    assert check(takes, AnyMember()).outcome == "ok"
+    twice = [Operation(0, "p", "take", 2, 0, 10), Operation(1, "q", "take", 2, 20, 30)]
+    assert check(twice, AnyMember()).outcome == "illegal"

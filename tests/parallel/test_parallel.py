@@ -1,13 +1,17 @@
-"""Parallel programs on worker.py: every history must be one the model explains.
+"""Parallel programs on worker.py and pgworker.py: every history must be one the model
+explains, under the backend's claim order.
 
 Each example is a program drawn whole (``tests.parallel.strategies``): a prefix, then
 two or three branches run at once, each in its own process on its own connection to
-one real SQLite file, started together behind a barrier. The history of every run is
-checked against the model (``tests.parallel.judge``); a failure prints the shrunk
-program, how often it failed, and its timeline. ``docs/debugging.md`` shows one.
+one real SQLite file, or to one real PostgreSQL database (a schema per program),
+started together behind a barrier. The history of every run is checked against the
+model (``tests.parallel.judge``): SQLite's under the ``strict`` claim order, PostgreSQL's
+under ``relaxed``. A failure prints the shrunk program, how often it failed, and its
+timeline. ``docs/debugging.md`` shows one.
 
-``LEASE_QUEUE_PLANT=<name>`` runs the same test on a copy of worker.py with one of the
-bugs of ``tests.parallel.planted`` planted in it, to watch the suite catch it.
+``LEASE_QUEUE_PLANT=<name>`` runs the test of the plant's backend on a copy of worker.py
+or pgworker.py with one of the bugs of ``tests.parallel.planted`` planted in it, to
+watch the suite catch it.
 """
 
 from __future__ import annotations
@@ -20,34 +24,70 @@ from pathlib import Path
 import pytest
 from hypothesis import event, given
 
-from tests.parallel.backends import SQLiteBackend
+from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 from tests.parallel.planted import BY_NAME, plant
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool
 from tests.parallel.strategies import programs
 from tests.parallel.trial import Trials
+from tests.postgres import Server
 from tests.profiles import parallel_settings
 
-SETTINGS, SIZES = parallel_settings()
+SQLITE_SETTINGS, SIZES = parallel_settings("sqlite")
+POSTGRES_SETTINGS, _ = parallel_settings("postgres")
+PLANTED = BY_NAME.get(os.environ.get("LEASE_QUEUE_PLANT", ""))
 
 
 @pytest.fixture(scope="module")
-def sqlite_trials() -> Iterator[Trials]:
-    pool = Pool()
-    planted = os.environ.get("LEASE_QUEUE_PLANT")
+def pool() -> Iterator[Pool]:
+    branches = Pool()
+    try:
+        yield branches
+    finally:
+        branches.close()
+
+
+@pytest.fixture(scope="module")
+def sqlite_trials(pool: Pool) -> Iterator[Trials]:
+    with tempfile.TemporaryDirectory(prefix="plant-") as folder:
+        backend: Backend = SQLiteBackend()
+        if PLANTED is not None and PLANTED.backend == "sqlite":
+            backend = plant(PLANTED, Path(folder))
+        yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
+
+
+@pytest.fixture(scope="module")
+def postgres_trials(pool: Pool, pg_server: Server) -> Iterator[Trials]:
+    conninfo = pg_server.fresh_database()
     try:
         with tempfile.TemporaryDirectory(prefix="plant-") as folder:
-            backend = SQLiteBackend() if not planted else plant(BY_NAME[planted], Path(folder))
+            backend: Backend = PostgresBackend(conninfo)
+            if PLANTED is not None and PLANTED.backend == "postgres":
+                backend = plant(PLANTED, Path(folder), conninfo)
             yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
     finally:
-        pool.close()
+        pg_server.drop(conninfo)
 
 
-@SETTINGS
-@given(program=programs())
-def test_parallel_histories_linearize(sqlite_trials: Trials, program: Program) -> None:
-    trial = sqlite_trials.attempt(program)
+def judged(trials: Trials, program: Program) -> None:
+    trial = trials.attempt(program)
     event(f"verdict: {'failed' if trial.failed else 'unknown' if trial.unknown else 'ok'}")
     event(f"branches: {len(program.branches)}")
     if trial.failed:
         raise AssertionError(trial.report())
+
+
+@SQLITE_SETTINGS
+@given(program=programs())
+def test_parallel_histories_linearize(sqlite_trials: Trials, program: Program) -> None:
+    """worker.py's histories, under the strict claim order."""
+    judged(sqlite_trials, program)
+
+
+@POSTGRES_SETTINGS
+@given(program=programs())
+def test_parallel_histories_linearize_on_postgres(
+    postgres_trials: Trials, program: Program
+) -> None:
+    """pgworker.py's histories, under the relaxed claim order."""
+    judged(postgres_trials, program)

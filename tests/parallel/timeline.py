@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.parallel.checker import Operation
 from tests.parallel.history import Observed, Record
 from tests.parallel.judge import Judgement
 from tests.parallel.program import PREFIX
-from tests.parallel.spec import QueueSpec, State
 
 LANE_WIDTH = 30
 
@@ -114,7 +112,7 @@ def verdict_lines(judgement: Judgement) -> str:
     lines += [f"  broken: {problem}" for problem in judgement.problems]
     lines += [f"  {note}" for note in verdict.notes]
     if verdict.outcome == "illegal" and verdict.notes:
-        state = replay(judgement.ops, verdict.order, judgement.run.rows)
+        state = verdict.state
         if state is not None:
             lines.append("  rows after the run:")
             lines += [f"    {row}" for row in judgement.run.rows["jobs"]]
@@ -122,19 +120,6 @@ def verdict_lines(judgement: Judgement) -> str:
             lines.append("  the model's rows at the end of the longest order:")
             lines += [f"    {row}" for row in state.jobs + state.redrives]
     return "\n".join(lines)
-
-
-def replay(ops: list[Operation], order: tuple[int, ...], rows: Any) -> State | None:
-    """The model's state after the calls of ``order``, one by one."""
-    spec = QueueSpec(rows)
-    by_id = {op.id: op for op in ops}
-    state: State | None = spec.init()
-    for op_id in order:
-        assert state is not None
-        state = spec.step(state, by_id[op_id])
-        if state is None:
-            return None
-    return state
 
 
 __all__ = ["Observed", "render"]
