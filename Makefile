@@ -25,13 +25,15 @@ demo: $(STAMP)
 	$(PY) -m courier demo
 
 ## fuzz: a time-bounded random campaign (MINUTES=5 by default) of the lockstep machine,
-## or with MODE=parallel of parallel programs on real processes (tests/parallel)
+## or with MODE=parallel of parallel programs on real processes (tests/parallel),
+## with MODE=parallel-postgres the same on pgworker.py (a throwaway server, or LEASE_QUEUE_PG)
 MINUTES ?= 5
 MODE ?= lockstep
 FUZZ_MODULE_lockstep := tests.stateful.fuzz
 FUZZ_MODULE_parallel := tests.parallel.fuzz
+FUZZ_MODULE_parallel-postgres := tests.parallel.fuzz --backend postgres
 fuzz: $(STAMP)
-	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep or parallel"; exit 2; }
+	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel or parallel-postgres"; exit 2; }
 	$(PY) -m $(FUZZ_MODULE_$(MODE)) --minutes $(MINUTES)
 
 ## bench: the performance benchmark (about 3 min; never on tmpfs), see docs/performance.md
