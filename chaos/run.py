@@ -32,7 +32,7 @@ from chaos.intake import Intake
 from chaos.operator import LockHolder, Operator
 from chaos.pgserver import Database, pg_server
 from chaos.receiver import ReceiverChaos
-from chaos.report import Observed, check, process_record
+from chaos.report import ONE_HOST, Observed, check, process_record
 from chaos.schedule import (
     HOLD_LOCK,
     KILL,
@@ -198,16 +198,15 @@ class Site:
 
     def describe(self) -> dict[str, Any]:
         """The report's ``hosts`` section: how the couriers reached the queue."""
+        if isinstance(self.store, FileQueue):
+            return dict(ONE_HOST)
         hosts = self.hosts
+        count = 0 if hosts is None else hosts.count
         return {
             "backend": self.store.kind,
-            "simulated_hosts": 0 if hosts is None else hosts.count,
-            "addresses": []
-            if hosts is None
-            else [hosts.address(n) for n in range(1, hosts.count + 1)],
-            "server": "a queue file"
-            if self.store.kind == "sqlite"
-            else (f"PostgreSQL over TCP at {self.receiver_host}"),
+            "simulated_hosts": count,
+            "addresses": [] if hosts is None else [hosts.address(n) for n in range(1, count + 1)],
+            "server": f"PostgreSQL over TCP at {self.receiver_host}",
             "skipped": self.skipped,
         }
 

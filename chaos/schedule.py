@@ -59,7 +59,7 @@ CHAOS_KINDS = (KILL, KILL_AFTER_COMMIT, PAUSE, PAUSE_IN_FLIGHT, HOLD_LOCK, OUTAG
 CHAOS_WEIGHTS = (5, 3, 2, 3, 1, 1, 2)
 # With simulated hosts (``Config.hosts``) the driver also cuts a host off while it
 # holds a lease, for 2-4 leases, then heals it.
-PARTITION_WEIGHT = 4
+PARTITION_WEIGHT = 5
 PARTITION_LEASES = (2, 4)
 FIRST_CHAOS_MS = 3_000  # let the first couriers start before anything happens
 FIRST_CHAOS_GAP_MS = 700

@@ -9,21 +9,26 @@ their late finishes were refused as stale, that other hosts took their jobs
 over and that the cut-off couriers reconnected. Elsewhere the soak says why it
 skipped the hosts and runs over loopback, and the test checks that instead. The
 rest checks the parts: the hosts are made and deleted, leftovers of a dead run
-are removed, partitions are planned only with hosts, and the checker does fail a
-stale overwrite and a run whose partitions were never refused a late finish.
+(namespaces, links, a server's folder) are removed, partitions are planned only
+with hosts, a job counts as taken over only by another host, and the checker
+does fail a stale overwrite and a run whose partitions were never refused a
+late finish.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chaos import cli, hosts, schedule
+from chaos import cli, hosts, pgserver, schedule
 from chaos import report as soak_report
 from chaos.child import chaos_command
 from chaos.tally import ChaosCounts
@@ -162,17 +167,33 @@ def test_hosts_are_made_cut_healed_and_deleted() -> None:
 
 @pytest.mark.skipif(HOSTS_MISSING is not None, reason=f"simulated hosts: {HOSTS_MISSING}")
 def test_leftovers_of_a_dead_run_are_removed_and_a_live_runs_are_kept() -> None:
-    dead_pid = 2**22 + 12_345  # above Linux's pid_max, so no process has it
-    dead = f"{hosts.PREFIX}{dead_pid}h1"
-    subprocess.run(["ip", "netns", "add", dead], check=True)
+    tag = f"{hosts.PREFIX}{2**22 + 12_345}"  # a pid above Linux's pid_max: no process has it
+    made = [
+        ("netns", "add", f"{tag}h1"),
+        ("link", "add", f"{tag}v1", "type", "veth", "peer", "name", f"{tag}p1"),
+        ("addr", "add", "10.254.254.254/32", "dev", "lo", "label", f"lo:{tag}"),
+    ]
     try:
+        for args in made:
+            subprocess.run(["ip", *args], check=True, capture_output=True)
         with hosts.Hosts(1) as live:
             removed = hosts.remove_leftovers()
-            assert dead in removed and live.namespace(1) not in removed
+            assert sorted(removed) == sorted([f"{tag}h1", f"{tag}v1", f"lo:{tag}"])
             listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-            assert live.namespace(1) in listed.stdout and dead not in listed.stdout
+            assert live.namespace(1) in listed.stdout and tag not in listed.stdout
+            assert (
+                live.hub
+                in subprocess.run(
+                    ["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True
+                ).stdout
+            )
     finally:
-        subprocess.run(["ip", "netns", "del", dead], capture_output=True, check=False)
+        for undo in (
+            ("netns", "del", f"{tag}h1"),
+            ("link", "del", f"{tag}v1"),
+            ("addr", "del", "10.254.254.254/32", "dev", "lo"),
+        ):
+            subprocess.run(["ip", *undo], capture_output=True, check=False)
 
 
 def _result(token: int, status: str, now_ms: int, lease_until: int) -> dict[str, Any]:
@@ -225,4 +246,35 @@ def test_the_checker_fails_partitions_without_a_late_finish_refused() -> None:
     refused = [*events, _result(1, "stale", 5_000, 1_000)]
     healed = soak_report.check(observed(processes=[record(refused)], counts=counts))
     assert healed["partitions"]["late_finishes_refused"] == 1
+    assert healed["partitions"]["jobs_taken_over"] == 0
     assert not any("late finishes" in line for line in healed["failures"])
+
+
+@pytest.mark.parametrize(("owner", "taken_over"), [("c2", 1), ("r2", 1), ("r1", 0)])
+def test_a_job_is_taken_over_by_a_later_ticket_on_another_host(owner: str, taken_over: int) -> None:
+    counts = ChaosCounts()
+    counts.partitions.append({"owner": "c1", "host": 1, "job": "b", "duration_ms": 3000})
+    cut_off = [
+        {"event": "result", "id": "a", "token": 1, "status": "done"},
+        {"event": "result", "id": "b", "token": 1, "status": "stale"},
+    ]
+    later = [{"event": "result", "id": "b", "token": 2, "status": "done"}]
+    other = soak_report.ProcessRecord(owner, 0, False, None, 0, None, True, later, 0, "")
+    report = soak_report.check(observed(processes=[record(cut_off), other], counts=counts))
+    assert report["partitions"]["late_finishes_refused"] == 1
+    assert report["partitions"]["jobs_taken_over"] == taken_over
+
+
+def test_the_folder_of_a_dead_supervisors_server_is_removed_and_a_live_ones_kept() -> None:
+    scratch = Path(pgserver.SCRATCH or tempfile.gettempdir())
+    dead = Path(tempfile.mkdtemp(prefix=f"{pgserver.FOLDER_PREFIX}{2**22 + 12_345}-", dir=scratch))
+    live = Path(tempfile.mkdtemp(prefix=f"{pgserver.FOLDER_PREFIX}{os.getpid()}-", dir=scratch))
+    try:
+        (dead / "data").mkdir()
+        (dead / "data" / "postmaster.pid").write_text("1\n")  # not a postgres: never killed
+        removed = pgserver.remove_leftover_servers()
+        assert str(dead) in removed and not dead.exists()
+        assert str(live) not in removed and live.exists()
+    finally:
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
