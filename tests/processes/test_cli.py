@@ -432,9 +432,14 @@ def receiver_port(tmp_path: Path) -> Iterator[int]:
 
 
 def test_inbox_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
-    inbox = Inbox(tmp_path / "inbox.sqlite")
-    for n in range(3000):
-        inbox.deliver(f"id-{n}", 1, None, RequestLine("POST", "/deliveries"))
+    Inbox(tmp_path / "inbox.sqlite")
+    con = sqlite3.connect(tmp_path / "inbox.sqlite")
+    with con:  # more rows than a pipe buffers, in one transaction
+        con.executemany(
+            "INSERT INTO inbox (id, qty, sender, received_at_ms) VALUES (?, 1, NULL, 0)",
+            [(f"id-{n}",) for n in range(3000)],
+        )
+    con.close()
     done = subprocess.run(
         f"{' '.join(courier_command('inbox', tmp_path / 'inbox.sqlite'))} | head -1",
         shell=True,

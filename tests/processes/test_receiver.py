@@ -105,6 +105,7 @@ BAD_INPUTS = [
     Case("trailing-slash", 404, "not_found", path="/deliveries/"),
     Case("query-string", 404, "not_found", path="/deliveries?id=a"),
     Case("get-unknown", 404, "not_found", method="GET", path="/nope", body=b"", length=None),
+    Case("options-deliveries", 405, "method_not_allowed", method="OPTIONS", body=b"", length=None),
 ]
 
 
@@ -276,3 +277,38 @@ def test_a_locked_inbox_is_503_so_couriers_retry(tmp_path: Path) -> None:
         assert (status, answer["error"]) == (503, "unavailable")
         assert receiver.inbox.summary()["effects"] == 0
         assert post(receiver, GOOD)[0] == 200
+
+
+def test_head_gets_the_json_answers_headers_and_no_body(seeded: Receiver) -> None:
+    before = unchanged_part(seeded.inbox.summary())
+    conn = http.client.HTTPConnection(seeded.host, seeded.port, timeout=10)
+    try:
+        conn.request("HEAD", "/deliveries")
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Content-Type")) == (405, "application/json")
+        assert response.getheader("Allow") == "POST" and response.read() == b""
+    finally:
+        conn.close()
+    assert unchanged_part(seeded.inbox.summary()) == before
+
+
+def test_a_delivery_without_a_sender_is_logged_as_unnamed(tmp_path: Path) -> None:
+    lines: list[str] = []
+    with Receiver(tmp_path / "inbox.sqlite", log=lines.append) as receiver:
+        assert post(receiver, GOOD)[0] == 200
+    assert lines == ["POST /deliveries 200 applied a from an unnamed sender (no X-Courier header)"]
+
+
+def test_an_inbox_is_never_put_into_a_queue_file(tmp_path: Path) -> None:
+    import worker
+
+    queue = tmp_path / "queue.sqlite"
+    worker.open_queue(queue).close()
+    with pytest.raises(ValueError, match="a queue file"):
+        Receiver(queue)
+    con = sqlite3.connect(queue)
+    try:
+        names = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+    finally:
+        con.close()
+    assert "inbox" not in names and "effects" not in names
