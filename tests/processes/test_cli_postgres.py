@@ -206,3 +206,50 @@ def test_demo_on_postgres_tells_the_same_story() -> None:
     assert "receiver: 9 HTTP requests, 8 effects, 8 inbox rows" in done.stdout
     assert done.stdout.rstrip().splitlines()[-1].startswith("OK in ")
     assert time.monotonic() - started < 60
+
+
+def test_the_new_options_work_on_postgres_as_on_a_file(
+    tmp_path: Path, pg_conninfo: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text("id,qty\n" + "".join(f"p-{n},{1 + n % 3}\n" for n in range(12)))
+    code, out, _ = run_cli(capsys, "enqueue", pg_conninfo, "--file", jobs, "--chunk", "5")
+    assert code == EXIT_OK and "12 enqueued" in out and "3 commits" in out
+    con = pgworker.open_queue(pg_conninfo)
+    try:
+        now = backend.server_clock_ms(con)
+        tickets = pgworker.claim_many(con, "c1", now, limit=3)
+        for ticket in tickets:
+            assert pgworker.finish(con, ticket, "permanent", now) == "dead"
+    finally:
+        con.close()
+    code, out, _ = run_cli(
+        capsys, "jobs", pg_conninfo, "--status", "dead", "--prefix", "p-", "--json"
+    )
+    assert [job["id"] for job in json.loads(out)] == ["p-0", "p-1", "p-2"]
+    code, out, _ = run_cli(
+        capsys, "status", pg_conninfo, "--watch", "0.05", "--times", "2", "--json"
+    )
+    assert [json.loads(line)["counts"]["dead"] for line in out.splitlines()] == [3, 3]
+    code, out, _ = run_cli(
+        capsys, "redrive", pg_conninfo, "--all", "--reason", "permanent", "--note", "bulk-1"
+    )
+    assert code == EXIT_OK and "redriven 3 of 3" in out
+    rows = json.loads(run_cli(capsys, "redrives", pg_conninfo, "--id", "p-1", "--json")[1])
+    assert [(row["id"], row["note"]) for row in rows] == [("p-1", "bulk-1")]
+    code, out, _ = run_cli(capsys, "show", pg_conninfo, "p-1")
+    assert code == EXIT_OK and "redrives (1)" in out and "Z)" in out
+
+
+def test_the_web_page_reads_a_postgres_queue(pg_conninfo: str) -> None:
+    from courier.web import WebPage, render
+
+    con = pgworker.open_queue(pg_conninfo)
+    try:
+        pgworker.enqueue(con, {"id": "w-1", "qty": 1}, backend.server_clock_ms(con), 60_000)
+    finally:
+        con.close()
+    page = WebPage(pg_conninfo, allow_redrive=False, allow_remote=False, token="t")
+    data = page.snapshot()
+    assert data["counts"]["pending"] == 1 and data["oldest_due"]["id"] == "w-1"
+    assert "id='count-pending'>1<" in render(page, data)
