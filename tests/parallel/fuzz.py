@@ -1,6 +1,7 @@
-"""A time-bounded campaign of parallel programs on worker.py.
+"""A time-bounded campaign of parallel programs on worker.py or pgworker.py.
 
     python -m tests.parallel.fuzz --minutes 10      (or: make fuzz MODE=parallel MINUTES=10)
+    python -m tests.parallel.fuzz --minutes 10 --backend postgres
 
 Draws programs with random seeds (the ``fuzz`` profile), in rounds, until the time is up, runs
 each on real processes and checks every history. On the first failure hypothesis
@@ -12,13 +13,14 @@ interleavings seen and the checker's verdicts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
 from hypothesis import given, settings
 
 from tests import profiles
-from tests.parallel.backends import SQLiteBackend
+from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool
 from tests.parallel.strategies import programs
@@ -27,10 +29,25 @@ from tests.parallel.trial import Trials
 ROUND_EXAMPLES = 50  # programs per round of hypothesis, each round with a new seed
 
 
-def campaign(minutes: float) -> int:
+def campaign(minutes: float, backend_name: str = "sqlite") -> int:
+    """Fuzz for ``minutes`` on ``backend_name`` (``sqlite``, or ``postgres`` on the server
+    of ``LEASE_QUEUE_PG`` or a throwaway one); 1 on the first failure."""
+    from tests.postgres import session_server
+
+    with contextlib.ExitStack() as stack:
+        backend: Backend = SQLiteBackend()
+        if backend_name == "postgres":
+            server = stack.enter_context(session_server())
+            conninfo = server.fresh_database()
+            stack.callback(server.drop, conninfo)
+            backend = PostgresBackend(conninfo)
+        return rounds(minutes, backend)
+
+
+def rounds(minutes: float, backend: Backend) -> int:
     sizes = profiles.PARALLEL["fuzz"]
     pool = Pool()
-    trials = Trials(pool, SQLiteBackend(), sizes.repeats, sizes.budget)
+    trials = Trials(pool, backend, sizes.repeats, sizes.budget)
     stop_at = time.monotonic() + minutes * 60
     started = time.monotonic()
     interleavings: set[tuple[str, object]] = set()
@@ -69,8 +86,9 @@ def campaign(minutes: float) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to fuzz")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args(argv)
-    return campaign(args.minutes)
+    return campaign(args.minutes, args.backend)
 
 
 if __name__ == "__main__":
