@@ -13,13 +13,22 @@ past the couriers' busy timeout; and redrives dead jobs as an operator would
 (``python -m courier redrive``). Then chaos stops, healthy couriers drain the
 queue, and a checker reads the queue file and the receiver's inbox.
 
+With ``--postgres`` the queue is a database on a throwaway PostgreSQL server
+instead, and each courier runs on a simulated host of its own (a network
+namespace with its own address, reaching the server over TCP); the driver also
+cuts a host off while it holds a lease and heals it later, and the checker
+counts the partitions, the late finishes refused as stale and the reconnects.
+Where namespaces cannot be made, that part is skipped with the reason and the
+couriers connect over loopback.
+
 The rules of the run:
 
 1. It always stops by itself. Every loop is bounded in count and time; every child
    is killed and reaped and every temporary file removed, even on failure or Ctrl-C
    (``--workdir`` keeps the files for a post-mortem).
-2. Real processes, real signals, real HTTP on loopback (port 0), real milliseconds
-   of this host's wall clock, the queue's shared time base. No mocks.
+2. Real processes, real signals, real HTTP on loopback (port 0) or the hosts'
+   hub, real milliseconds of this host's wall clock (on PostgreSQL: of the
+   database server's clock), the queue's shared time base. No mocks.
 3. The schedule is a pure function of the seed and the sizes (``chaos.schedule``).
 4. The checker trusts files, not reports (``chaos.report``, through
    ``courier.audit``); the couriers' event logs add only what files cannot show.
@@ -27,8 +36,10 @@ The rules of the run:
    contract does not claim to close, reported, never a failure.
 
 The parts, one noun each: ``schedule`` (the plan), ``child`` (a courier child),
-``fleet`` (the courier processes), ``receiver`` (the receiver's faults),
-``intake`` (the producer), ``operator`` (redrives and a held write lock),
+``pgchild`` (a courier child on PostgreSQL), ``fleet`` (the courier processes),
+``receiver`` (the receiver's faults), ``intake`` (the producer), ``operator``
+(redrives and a held write lock), ``store`` (the queue as the supervisor reaches
+it), ``pgserver`` (the PostgreSQL server), ``hosts`` (the simulated hosts),
 ``tally`` (what the chaos did), ``run`` (one whole soak), ``report`` (the checker
 and its table) and ``cli`` (``python -m chaos --help``).
 """

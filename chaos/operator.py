@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.intake import Intake
-from chaos.store import PG_LOCK_TIMEOUT, FileQueue, Store
+from chaos.store import FileQueue, Store
 from chaos.tally import ChaosCounts
 from courier.procs import Children, courier_command
 
@@ -109,9 +109,8 @@ class Operator:
         The bound matters: the lock holder is in this process too, and a redrive
         that waited for its table lock would wait for ever.
         """
-        con = self.store.connect()
+        con = self.store.connect(bounded=True)
         try:
-            con.execute(PG_LOCK_TIMEOUT)
             self.store.module.redrive(con, job_id, self.store.now_ms(con), REDRIVE_TTL_MS, note)
             self.counts.redrives["redriven"] += 1
         except ValueError:

@@ -195,6 +195,18 @@ def _host(owner: str) -> str:
     return owner[1:]
 
 
+def _late_finish(events: list[dict[str, Any]]) -> str:
+    """How the cut-off courier's own finish of the job it held came out."""
+    statuses = {str(e["status"]) for e in events if e["event"] == "result"}
+    if "stale" in statuses:
+        return "refused (stale)"
+    if statuses - {"unsent"}:
+        return "accepted"  # a stale overwrite if it came too late (checked apart)
+    if statuses:
+        return "never sent (the courier was stopping)"
+    return "none (the courier was killed first)"
+
+
 def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
     """What became of each host cut off and of the job it was delivering."""
     tickets: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> (token, host)
@@ -202,7 +214,8 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
         for event in record.events:
             if event.get("event") in ("claimed", "result"):
                 tickets[str(event["id"])].append((int(event["token"]), _host(record.owner)))
-    late_refused = taken_over = 0
+    outcomes: Counter[str] = Counter()
+    taken_over = 0
     for cut in counts.partitions:
         owner, job = cut["owner"], cut["job"]
         mine = [
@@ -210,11 +223,10 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
             for p in processes
             if p.owner == owner and not p.healthy
             for e in p.events
-            if e.get("event") == "result" and e.get("id") == job
+            if e.get("event") in ("claimed", "result") and e.get("id") == job
         ]
+        outcomes[_late_finish(mine)] += 1
         held = max((int(e["token"]) for e in mine), default=None)
-        if any(e["status"] == "stale" for e in mine):
-            late_refused += 1
         later = [
             host for token, host in tickets.get(str(job), []) if held is not None and token > held
         ]
@@ -224,7 +236,8 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
     return {
         "partitions": len(counts.partitions),
         "heals": counts.heals,
-        "late_finishes_refused": late_refused,
+        "late_finishes_refused": outcomes["refused (stale)"],
+        "late_finish_outcomes": dict(sorted(outcomes.items())),
         "jobs_taken_over": taken_over,
         "reconnects": sum(1 for e in events if e.get("event") == "reconnect"),
         "disconnects": sum(1 for e in events if e.get("event") == "disconnect"),
@@ -393,6 +406,7 @@ def _partition_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
             "",
         ),
         ("their late finishes refused (stale)", str(cut["late_finishes_refused"]), "> 0"),
+        ("their own finish of that job, by outcome", _pairs(cut["late_finish_outcomes"]), ""),
         ("their jobs taken over by another host", str(cut["jobs_taken_over"]), ""),
         (
             "disconnects / finishes retried after reconnect",

@@ -78,7 +78,8 @@ class FileQueue:
     def create(self) -> None:
         worker.open_queue(self.path).close()
 
-    def connect(self) -> Any:
+    def connect(self, bounded: bool = False) -> Any:
+        """A connection (its lock waits are always bounded: the 1 s busy timeout)."""
         return worker.open_queue(self.path)
 
     def now_ms(self, con: Any) -> int:
@@ -120,8 +121,12 @@ class DatabaseQueue:
     def create(self) -> None:
         pgworker.open_queue(self.target).close()
 
-    def connect(self) -> Any:
-        return pgworker.open_queue(self.target)
+    def connect(self, bounded: bool = False) -> Any:
+        """A connection; with ``bounded`` a lock is waited for 1 s at most (``lock_timeout``)."""
+        con = pgworker.open_queue(self.target)
+        if bounded:
+            con.execute(PG_LOCK_TIMEOUT)
+        return con
 
     def now_ms(self, con: Any) -> int:
         return server_now_ms(con)

@@ -242,10 +242,11 @@ def test_the_checker_fails_partitions_without_a_late_finish_refused() -> None:
     report = soak_report.check(observed(processes=[record(events)], counts=counts))
     assert report["partitions"]["partitions"] == 1
     assert report["partitions"]["late_finishes_refused"] == 0
+    assert report["partitions"]["late_finish_outcomes"] == {"accepted": 1}
     assert any(line.startswith("late finishes refused = 0") for line in report["failures"])
     refused = [*events, _result(1, "stale", 5_000, 1_000)]
     healed = soak_report.check(observed(processes=[record(refused)], counts=counts))
-    assert healed["partitions"]["late_finishes_refused"] == 1
+    assert healed["partitions"]["late_finish_outcomes"] == {"refused (stale)": 1}
     assert healed["partitions"]["jobs_taken_over"] == 0
     assert not any("late finishes" in line for line in healed["failures"])
 
