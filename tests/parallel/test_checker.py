@@ -308,6 +308,16 @@ def claim_that_rolled_back(id: int, label: str, invoked: int, returned: int) -> 
     )
 
 
+def c2_passed_over_a() -> model.Rows:
+    """The rows after a and b were enqueued and c2 claimed, passing over a."""
+    queue = model.QueueModel("relaxed")
+    queue.enqueue(**enqueue_call("a")[1])
+    queue.enqueue(**enqueue_call("b")[1])
+    queue.held_elsewhere({"a"})
+    queue.claim(**claim_call("c2")[1])
+    return queue.rows()
+
+
 def test_a_relaxed_claim_passes_over_a_job_an_overlapping_claim_held():
     """c1 locked a, then rolled back; c2, meanwhile, passed a over and took b. No strict
     order explains it (a stayed claimable); the relaxed one does."""
@@ -316,12 +326,7 @@ def test_a_relaxed_claim_passes_over_a_job_an_overlapping_claim_held():
         claim_that_rolled_back(2, "b1.0", 100, 300),
         claim(3, "b2.0", "c2", ticket("b", 1, "c2"), 150, 250),
     ]
-    queue = model.QueueModel("relaxed")
-    queue.enqueue(**enqueue_call("a")[1])
-    queue.enqueue(**enqueue_call("b")[1])
-    queue.held_elsewhere({"a"})
-    queue.claim(**claim_call("c2")[1])
-    rows = queue.rows()
+    rows = c2_passed_over_a()
     assert check(history, QueueSpec(rows, "strict", history)).outcome == "illegal"
     assert check(history, QueueSpec(rows, "relaxed", history)).outcome == "ok"
 
@@ -334,12 +339,7 @@ def test_a_relaxed_claim_may_not_pass_over_a_job_nobody_held():
         claim_that_rolled_back(2, "b1.0", 100, 140),
         claim(3, "b2.0", "c2", ticket("b", 1, "c2"), 150, 250),
     ]
-    queue = model.QueueModel("relaxed")
-    queue.enqueue(**enqueue_call("a")[1])
-    queue.enqueue(**enqueue_call("b")[1])
-    queue.held_elsewhere({"a"})
-    queue.claim(**claim_call("c2")[1])
-    assert check(history, QueueSpec(queue.rows(), "relaxed", history)).outcome == "illegal"
+    assert check(history, QueueSpec(c2_passed_over_a(), "relaxed", history)).outcome == "illegal"
 
 
 def test_a_relaxed_claim_returns_nothing_only_when_every_claimable_job_is_held():
