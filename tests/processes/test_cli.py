@@ -590,3 +590,26 @@ def test_the_readme_snippet_runs_as_printed(tmp_path: Path) -> None:
 def test_the_console_script_is_declared() -> None:
     text = (project_root() / "pyproject.toml").read_text(encoding="utf-8")
     assert '[project.scripts]\ncourier = "courier.cli:main"' in text
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, so the progress bar is drawn."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_bulk_enqueue_draws_a_progress_bar_on_a_terminal_only(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("".join(json.dumps({"id": f"t-{n}", "qty": 1}) + "\n" for n in range(30)))
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    assert main(["enqueue", str(queue), "--file", str(jobs), "--chunk", "10"]) == EXIT_OK
+    drawn = terminal.getvalue()
+    assert drawn.count("\r[") == 3 and drawn.rstrip().endswith("30/30")
+    monkeypatch.undo()
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "enqueue", queue, "--file", jobs)
+    assert code == EXIT_OK and err == "", "no bar when stderr is not a terminal"

@@ -7,14 +7,16 @@ process instead of killing it.
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 import worker
-from courier.procs import Children, courier_command
+from courier.procs import Children, courier_command, project_root
 from courier.receiver import Receiver
 from courier.runner import HttpSend, Limits, classify_status, clock_ms, run_courier
 
@@ -232,6 +234,30 @@ def test_the_attempt_log_keeps_each_cause_in_a_sidecar_file(
     )
     assert refused["http_status"] == 409 and "conflict" in refused["detail"]
     assert refused["owner"] == "c1" and refused["at_ms"] >= now
+    shown = subprocess.run(
+        courier_command("show", queue, "b", "--json"),
+        cwd=project_root(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert json.loads(shown.stdout)["attempts"] == [refused]
+
+
+def test_a_courier_with_no_round_or_time_limit_runs_until_a_limit_it_was_given(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    queue = tmp_path / "queue.sqlite"
+    worker.open_queue(queue).close()
+    report = run_courier(
+        queue,
+        "c1",
+        HttpSend(receiver.url, "c1"),
+        limits=Limits(max_runs=None, max_seconds=None, max_idle_ms=300),
+        log=lambda line: None,
+    )
+    assert report.stop_reason == "idle" and report.runs > 1
 
 
 def test_a_refused_connection_and_a_timeout_are_told_apart(tmp_path: Path) -> None:
