@@ -42,6 +42,8 @@ from typing import Any
 from courier import backend, bulk, queueview
 from courier.attempts import attempts_of
 from courier.backend import Target
+from courier.cli import redrive_one, when
+from courier.runner import clock_ms, stop_on_signals
 
 __all__ = ["WebPage", "is_loopback", "serve_web"]
 
@@ -96,7 +98,7 @@ class WebPage:
         """The page's data, read in one snapshot: overview, dead jobs and their attempts."""
         con = backend.connect_existing(self.queue)
         try:
-            now = backend.server_clock_ms(con) if backend.is_conninfo(self.queue) else _host_ms()
+            now = backend.server_clock_ms(con) if backend.is_conninfo(self.queue) else clock_ms()
             view = queueview.overview(con, now)
             with queueview.snapshot(con):
                 dead = queueview.find_jobs(con, "dead", limit=DEAD_SHOWN)
@@ -109,19 +111,11 @@ class WebPage:
 
     def redrive(self, job_id: str, note: str) -> dict[str, Any]:
         """Redrive one dead job with ``note``; the audit row it wrote."""
-        from courier.cli import redrive_one
-
         con = backend.open_existing(self.queue)
         try:
             return redrive_one(con, self.queue, job_id, self.ttl_ms, note)
         finally:
             con.close()
-
-
-def _host_ms() -> int:
-    from courier.runner import clock_ms
-
-    return clock_ms()
 
 
 def _oldest_due(con: Any, now: int) -> dict[str, Any] | None:
@@ -143,8 +137,6 @@ def _cause(attempt: dict[str, Any]) -> str:
 
 def render(page: WebPage, data: dict[str, Any], message: str = "", error: str = "") -> str:
     """The whole page as HTML (every value escaped)."""
-    from courier.cli import when
-
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>lease-queue: {_e(backend.describe(page.queue))}</title>",
@@ -174,19 +166,18 @@ def render(page: WebPage, data: dict[str, Any], message: str = "", error: str = 
             f"{_e(oldest['qty'])}, token {_e(oldest['token'])}, attempts {_e(oldest['attempts'])}/"
             f"{_e(oldest['max_attempts'])}), due for {_e(oldest['due_for_ms'])} ms</p>"
         )
-    parts.append(_dead_section(page, data["dead_jobs"]))
+    parts.append(_dead_section(page, data["dead_jobs"], data["counts"]["dead"]))
     mode = "redrive allowed (with a note)" if page.allow_redrive else "read-only"
     parts.append(f"<p><small>{mode}; reload for fresh figures</small></p></body></html>")
     return "".join(parts)
 
 
-def _dead_section(page: WebPage, dead: list[dict[str, Any]]) -> str:
-    from courier.cli import when
-
+def _dead_section(page: WebPage, dead: list[dict[str, Any]], total: int) -> str:
     by_reason: dict[str, list[dict[str, Any]]] = {}
     for job in dead:
         by_reason.setdefault(str(job["reason"]), []).append(job)
-    parts = [f"<h2>Dead jobs ({len(dead)})</h2>"]
+    shown = f", the first {len(dead)} shown" if total > len(dead) else ""
+    parts = [f"<h2>Dead jobs ({total}{shown})</h2>"]
     if not dead:
         parts.append("<p id='no-dead'>no dead jobs</p>")
     for reason, jobs in sorted(by_reason.items()):
@@ -333,8 +324,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 def serve_web(args: argparse.Namespace, out: Log) -> int:
     """``courier web``: check the queue and the bind, then serve until Ctrl-C or SIGTERM."""
-    from courier.runner import stop_on_signals
-
     if not is_loopback(args.host) and not args.allow_remote:
         raise ValueError(
             f"--host {args.host} is not a loopback address: anyone who can reach it would see "
