@@ -492,6 +492,11 @@ def _print_status(target: Target, view: dict[str, Any]) -> None:
         _out(f"  {status:<8}{count:>6}")
     _out(f"  {'due now':<8}{view['due']:>6}")
     _out(f"  {'audit':<8}{view['redrives']:>6} redrive rows")
+    if view["seconds_suspects"]:
+        _out(
+            f"warning: {view['seconds_suspects']} jobs have a deadline before 1973: their "
+            "times were given in seconds; every time is in milliseconds (time.time_ns() // 10**6)"
+        )
     job = view["next_due"]
     if job is None:
         _out("next due: none")

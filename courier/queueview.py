@@ -63,6 +63,9 @@ _COUNT_BY_STATUS = "SELECT status, count(*) FROM jobs GROUP BY status"
 _COUNT_UNFINISHED = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
 _COUNT_REDRIVES = "SELECT count(*) FROM redrives WHERE id = ?"
 _COUNT_ALL_REDRIVES = "SELECT count(*) FROM redrives"
+# Times before 1973-03-03 (10**11 ms): seconds were passed where milliseconds belong.
+SECONDS_SUSPECT_BELOW_MS = 100_000_000_000
+_COUNT_SECONDS_SUSPECTS = f"SELECT count(*) FROM jobs WHERE deadline < {SECONDS_SUSPECT_BELOW_MS}"
 # What a claim at :now would take: due, and not about to be quarantined.
 _DUE = """FROM jobs
   WHERE ((status = 'pending' AND available_at <= :now)
@@ -178,17 +181,20 @@ def overview(con: Connection, now_ms: int) -> dict[str, Any]:
     """The queue at ``now_ms`` in one read transaction, for ``status``.
 
     Keys: ``now_ms``; ``counts`` (jobs per status); ``due`` and ``next_due`` (see
-    ``next_due``); ``redrives`` (audit rows in total).
+    ``next_due``); ``redrives`` (audit rows in total); ``seconds_suspects``
+    (jobs whose deadline lies before 1973: their times were given in seconds).
     """
     with snapshot(con):
         job, due = next_due(con, now_ms)
         redrive_count = _one(con, _COUNT_ALL_REDRIVES)
+        suspects = _one(con, _COUNT_SECONDS_SUSPECTS)
         return {
             "now_ms": now_ms,
             "counts": status_counts(con),
             "due": due,
             "next_due": job,
             "redrives": int(redrive_count[0]) if redrive_count else 0,
+            "seconds_suspects": int(suspects[0]) if suspects else 0,
         }
 
 

@@ -613,3 +613,22 @@ def test_bulk_enqueue_draws_a_progress_bar_on_a_terminal_only(
     capsys.readouterr()
     code, _, err = run_cli(capsys, "enqueue", queue, "--file", jobs)
     assert code == EXIT_OK and err == "", "no bar when stderr is not a terminal"
+
+
+def test_status_warns_of_times_given_in_seconds(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    con = worker.open_queue(queue)
+    try:
+        seconds = int(time.time())  # the mistake: seconds where milliseconds belong
+        assert worker.enqueue(con, {"id": "early", "qty": 1}, seconds, 60_000)
+    finally:
+        con.close()
+    code, out, _ = run_cli(capsys, "status", queue)
+    assert code == EXIT_OK and "warning: 1 jobs have a deadline before 1973" in out
+    assert json.loads(run_cli(capsys, "status", queue, "--json")[1])["seconds_suspects"] == 1
+    fresh = queue.with_name("fresh.sqlite")
+    run_cli(capsys, "init", fresh)
+    assert run_cli(capsys, "enqueue", fresh, "fine", "1")[0] == EXIT_OK  # in milliseconds
+    code, out, _ = run_cli(capsys, "status", fresh)
+    assert code == EXIT_OK and "pending" in out and "warning" not in out

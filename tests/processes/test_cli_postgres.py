@@ -253,3 +253,19 @@ def test_the_web_page_reads_a_postgres_queue(pg_conninfo: str) -> None:
     data = page.snapshot()
     assert data["counts"]["pending"] == 1 and data["oldest_due"]["id"] == "w-1"
     assert "id='count-pending'>1<" in render(page, data)
+
+
+def test_a_courier_that_lost_its_server_connection_connects_again(
+    pg_conninfo: str, pg_server: Any
+) -> None:
+    rounds = runner.PgRounds(pg_conninfo)
+    try:
+        first = rounds.now_ms()
+        (pid,) = rounds.connection().execute("SELECT pg_backend_pid()").fetchall()[0]
+        pg_server.con.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError) as lost:
+            rounds.now_ms()
+        assert runner.is_transient(lost.value)  # the courier backs off instead of dying
+        assert rounds.now_ms() >= first  # and the next round has a new connection
+    finally:
+        rounds.close()
