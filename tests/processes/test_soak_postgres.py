@@ -127,6 +127,18 @@ def test_hosts_were_cut_off_and_their_late_finishes_refused(
 # --- The parts ----------------------------------------------------------------------
 
 
+def test_namespaces_are_unavailable_without_root_or_iproute2(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "geteuid", lambda: 1000)
+        assert hosts.unavailable() == "network namespaces need root (this process is not root)"
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "geteuid", lambda: 0)
+        patched.setattr(shutil, "which", lambda name: None)
+        assert hosts.unavailable() == "network namespaces need iproute2 ('ip' is not on PATH)"
+
+
 def test_without_namespaces_the_hosts_are_skipped_with_the_reason(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
