@@ -133,19 +133,19 @@ _RETRIED = "status = 'pending' AND attempts > 0"
 # slower. A file made by an earlier open_queue may also hold
 # jobs_fresh_by_available_at, which no statement reads any more; it is left as it is.
 INDEXES = (
-    # _SELECT_CLAIMABLE: each queue in seq order ...
+    # _FRESH_HEAD, _RETRIED_HEAD, _LEASED_HEAD: each queue in seq order ...
     f"""CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq
   ON jobs(seq, available_at) WHERE {_FRESH}""",
     f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_seq
   ON jobs(seq, available_at) WHERE {_RETRIED}""",
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_seq
   ON jobs(seq, lease_until) WHERE status = 'leased'""",
-    # ... and whether any retry or lease is due, by time.
+    # ... and _CLAIMABLE_QUEUES: whether any retry or lease is due, by time.
     f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
   ON jobs(available_at) WHERE {_RETRIED}""",
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs(lease_until) WHERE status = 'leased'""",
-    # _QUARANTINE_DEADLINE.
+    # _QUARANTINE_DEADLINE (and _QUARANTINE_DUE's first question, as the next two).
     """CREATE INDEX IF NOT EXISTS jobs_live_by_deadline
   ON jobs(deadline) WHERE status IN ('pending', 'leased')""",
     # _QUARANTINE_EXHAUSTED_PENDING: empty unless a row was written by someone else.
@@ -179,30 +179,37 @@ _QUARANTINE_EXHAUSTED_LEASED = """UPDATE jobs
   SET status = 'dead', reason = 'exhausted', owner = NULL, lease_until = NULL
   WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"""
 
+# Whether the quarantine has anything to move: would any of the three statements
+# above change a row? One index entry each. An UPDATE opens every index of the
+# table even when it changes no row, so they run only when the answer is yes.
+_QUARANTINE_DUE = """SELECT
+  EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'leased') AND deadline <= :now
+    AND (status = 'pending' OR lease_until <= :now))
+  OR EXISTS (SELECT 1 FROM jobs WHERE status = 'pending' AND attempts >= max_attempts)
+  OR EXISTS (SELECT 1 FROM jobs
+    WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts)"""
+
 # Claimable rows are "pending and due" or "leased with an expired lease"; the
 # lowest seq wins. Each queue is read from its oldest row up to its first
-# :limit claimable ones, and the lowest :limit of the three are the answer, in
-# seq order. With one clock, a fresh job is due from its enqueue on, so the
-# fresh queue's first row is the one; the retries and the leases ahead of the
-# first claimable one are the few still in their backoff or their lease. The
-# retried and the leased queue are read only when one of their rows is due (by
-# time, one index entry; a LIMIT of 0 reads nothing): a pile of waiting retries
+# :limit claimable ones, and the lowest :limit of those are the answer, in seq
+# order. With one clock, a fresh job is due from its enqueue on, so the fresh
+# queue's first row is the one; the retries and the leases ahead of the first
+# claimable one are the few still in their backoff or their lease. The retried
+# and the leased queue are read only when one of their rows is due
+# (_CLAIMABLE_QUEUES, by time, one index entry each): a pile of waiting retries
 # or running leases is not read at all. ``+`` keeps the planner on the seq
 # indexes.
-_SELECT_CLAIMABLE = f"""SELECT seq, id, qty, attempts, token, deadline FROM (
-    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
-      WHERE {_FRESH} AND +available_at <= :now ORDER BY seq LIMIT :limit)
-    UNION ALL
-    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
-      WHERE {_RETRIED} AND +available_at <= :now ORDER BY seq
-      LIMIT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE {_RETRIED} AND available_at <= :now)
-        THEN :limit ELSE 0 END)
-    UNION ALL
-    SELECT * FROM (SELECT seq, id, qty, attempts, token, deadline FROM jobs
-      WHERE status = 'leased' AND +lease_until <= :now ORDER BY seq
-      LIMIT CASE WHEN EXISTS (SELECT 1 FROM jobs WHERE status = 'leased' AND lease_until <= :now)
-        THEN :limit ELSE 0 END))
-  ORDER BY seq LIMIT :limit"""
+# Which queues to read (fresh, retried, leased, as in _QUEUE_HEADS): 1 or 0 each.
+_CLAIMABLE_QUEUES = f"""SELECT 1,
+  EXISTS (SELECT 1 FROM jobs WHERE {_RETRIED} AND available_at <= :now),
+  EXISTS (SELECT 1 FROM jobs WHERE status = 'leased' AND lease_until <= :now)"""
+_FRESH_HEAD = f"""SELECT seq, id, qty, attempts, token, deadline FROM jobs
+  WHERE {_FRESH} AND +available_at <= :now ORDER BY seq LIMIT :limit"""
+_RETRIED_HEAD = f"""SELECT seq, id, qty, attempts, token, deadline FROM jobs
+  WHERE {_RETRIED} AND +available_at <= :now ORDER BY seq LIMIT :limit"""
+_LEASED_HEAD = """SELECT seq, id, qty, attempts, token, deadline FROM jobs
+  WHERE status = 'leased' AND +lease_until <= :now ORDER BY seq LIMIT :limit"""
+_QUEUE_HEADS = (_FRESH_HEAD, _RETRIED_HEAD, _LEASED_HEAD)
 
 _LEASE = """UPDATE jobs
   SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
@@ -623,9 +630,10 @@ def claim_many(
 def _quarantine(con: sqlite3.Connection, now_ms: int) -> None:
     """Step 1 of a claim: move every pending or expired-leased job whose deadline
     passed (``deadline``) or whose budget is spent (``exhausted``) to dead."""
-    con.execute(_QUARANTINE_DEADLINE, {"now": now_ms})
-    con.execute(_QUARANTINE_EXHAUSTED_PENDING)
-    con.execute(_QUARANTINE_EXHAUSTED_LEASED, {"now": now_ms})
+    if _row(con, _QUARANTINE_DUE, {"now": now_ms}) == (1,):
+        con.execute(_QUARANTINE_DEADLINE, {"now": now_ms})
+        con.execute(_QUARANTINE_EXHAUSTED_PENDING)
+        con.execute(_QUARANTINE_EXHAUSTED_LEASED, {"now": now_ms})
 
 
 def _lease_next(
@@ -647,11 +655,16 @@ def _claimable(con: sqlite3.Connection, now_ms: int, limit: int) -> list[tuple[A
     """
     cursor = con.cursor()
     cursor.row_factory = None
-    rows: list[tuple[Any, ...]] = cursor.execute(
-        _SELECT_CLAIMABLE, {"now": now_ms, "limit": limit}
-    ).fetchall()
+    arguments = {"now": now_ms, "limit": limit}
+    answers = cursor.execute(_CLAIMABLE_QUEUES, arguments).fetchone()
+    due = dict(zip(_QUEUE_HEADS, answers, strict=True))
+    rows: list[tuple[Any, ...]] = []
+    for head in _QUEUE_HEADS:
+        if due[head]:
+            rows += cursor.execute(head, arguments).fetchall()
     cursor.close()
-    return rows
+    rows.sort()  # by seq, which is unique: no two rows compare further
+    return rows[:limit]
 
 
 def _lease(

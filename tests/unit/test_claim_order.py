@@ -1,8 +1,9 @@
 """Claim step 2: the lowest claimable seq wins, in every queue state.
 
-``worker`` finds the claimable jobs with one statement (``_SELECT_CLAIMABLE``)
-that reads each of three queues (fresh, retried, leased) in seq order up to its
-first claimable rows and merges them. These tests compare its choice with the
+``worker`` finds the claimable jobs by reading each of three queues (fresh,
+retried, leased) in seq order up to its first claimable rows (``_FRESH_HEAD``,
+``_RETRIED_HEAD``, ``_LEASED_HEAD``; the last two only when ``_CLAIMABLE_QUEUES`` says
+one of their rows is due) and merging them. These tests compare its choice with the
 contract's rule written as one plain query over the whole table, on states built
 of long runs of alike rows, so that long waiting heads, due rows out of time
 order and expired leases behind running ones all occur.
