@@ -8,11 +8,9 @@ Rules this module keeps:
    the courier's own connection, so couriers on many hosts judge every lease on
    one time base whatever their own clocks say. The loop's own bounds use the
    monotonic clock, so a wall-clock step cannot make it spin or stop early.
-2. ``HttpSend`` maps the receiver's answer onto the worker's outcomes: any 2xx is
-   ``True``; a timeout, a refused or broken connection, 408, 429 or 5xx raises
-   ``worker.Retryable`` (the effect may or may not have happened: the receiver
-   deduplicates the re-send); any other status (4xx, an unexpected 3xx) raises
-   ``worker.Permanent``.
+2. The send is ``courier.delivery.HttpSend`` (re-exported here with
+   ``classify_status`` and ``Cause``): how an answer maps onto the worker's
+   outcomes is said there, once.
 3. The jitter that ``run_file`` needs comes from ``random.random()`` here; the
    worker itself has no randomness.
 4. Every loop is bounded in count and time. When the queue has nothing claimable
@@ -22,8 +20,8 @@ Rules this module keeps:
    leased; its lease expires and it is delivered again, which the receiver's inbox
    absorbs.
 5. Each round's cause is kept: ``HttpSend`` attaches a ``Cause`` (the HTTP status
-   and the first ``EXCERPT_CHARS`` of the body, a timeout, a connection error) to
-   what it returns or raises, and ``run_courier`` hands every attempt to its
+   and the start of the body, a timeout, a connection error) to what it returns
+   or raises, and ``run_courier`` hands every attempt to its
    ``attempts`` log (``courier.attempts``), an unexpected exception of ``send``
    included (class and message), before that exception propagates.
 6. The first SIGINT or SIGTERM stops the loop after the current delivery and says
@@ -37,7 +35,6 @@ Rules this module keeps:
 
 from __future__ import annotations
 
-import http.client
 import itertools
 import json
 import os
@@ -47,8 +44,6 @@ import sqlite3
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +52,14 @@ from typing import Any, Protocol
 import worker
 from courier import backend
 from courier.backend import Target
+from courier.delivery import (
+    Cause,
+    HttpSend,
+    cause_of,
+    classify_status,
+    describe_cause,
+    outcome_of,
+)
 from courier.queueview import connect_existing, leased_ticket, unfinished_count
 
 __all__ = [
@@ -70,6 +73,7 @@ __all__ = [
     "StallAfterAcks",
     "Step",
     "StopSignal",
+    "cause_of",
     "classify_status",
     "clock_ms",
     "is_busy",
@@ -78,13 +82,9 @@ __all__ = [
     "stop_on_signals",
 ]
 
-DEFAULT_TIMEOUT_MS = 5000
-MAX_RESPONSE_BYTES = 65536
-EXCERPT_CHARS = 200
 IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 PAUSE_SLICE_S = 0.05
-RETRYABLE_4XX = frozenset({408, 429})
 _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
@@ -92,20 +92,6 @@ Log = Callable[[str], None]
 Send = Callable[[dict[str, Any]], bool]
 Step = Callable[[Any, str, Callable[[], int], Send, float, int], dict[str, Any] | None]
 """One round: ``worker.run_file``'s signature and result (a drill may wrap it)."""
-
-
-@dataclass(frozen=True)
-class Cause:
-    """Why one delivery ended as it did.
-
-    ``kind``: ``answer`` (the receiver answered ``http_status``; ``detail`` is the
-    start of its body), ``timeout``, ``connection`` (refused, reset, no route) or
-    ``exception`` (``detail`` is the class and message).
-    """
-
-    kind: str
-    detail: str
-    http_status: int | None = None
 
 
 @dataclass(frozen=True)
@@ -173,117 +159,6 @@ def stop_on_signals(log: Log | None = None, impatient: bool = False) -> StopSign
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
     return stop
-
-
-# --- Sending over HTTP --------------------------------------------------------------
-
-
-def _excerpt(body: bytes) -> str:
-    """The start of a response body as one line of text."""
-    text = body[: EXCERPT_CHARS * 4].decode("utf-8", errors="replace")
-    return " ".join(text.split())[:EXCERPT_CHARS]
-
-
-def with_cause(error: BaseException, cause: Cause) -> BaseException:
-    """``error`` with ``cause`` attached (read back by ``cause_of``)."""
-    error.courier_cause = cause  # type: ignore[attr-defined]
-    return error
-
-
-def cause_of(error: BaseException) -> Cause:
-    """The ``Cause`` attached to ``error``, else its class and message."""
-    cause = getattr(error, "courier_cause", None)
-    if isinstance(cause, Cause):
-        return cause
-    return Cause("exception", f"{type(error).__name__}: {error}"[:EXCERPT_CHARS])
-
-
-def classify_status(status: int) -> bool:
-    """Return ``True`` for a 2xx status, else raise the worker's classification.
-
-    Raises:
-        worker.Retryable: 408, 429 or 5xx: trying again later may succeed.
-        worker.Permanent: any other status: the receiver refused this delivery.
-    """
-    if 200 <= status <= 299:
-        return True
-    if status in RETRYABLE_4XX or 500 <= status <= 599:
-        raise worker.Retryable(f"receiver answered {status}")
-    raise worker.Permanent(f"receiver answered {status}")
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: urllib would turn a POST into a GET."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class HttpSend:
-    """``send`` for ``run_file``: POST one delivery as JSON to the receiver.
-
-    Each call makes one request with ``X-Courier: <owner>``, no proxy and no
-    redirects, bounded by ``timeout_ms``; see ``classify_status`` for the answer.
-    Connection errors and timeouts raise ``worker.Retryable``: a timeout does not
-    mean the work was not done, only that the answer was lost.
-    """
-
-    last_cause: Cause | None = None
-    """The cause of the last call's answer (a 2xx included), for the attempt log."""
-
-    def __init__(self, url: str, owner: str, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"'url' must be an http:// or https:// URL, got {url!r}")
-        if not worker.is_identifier(owner):
-            raise ValueError(
-                f"'owner' must be 1-64 ASCII letters, digits, '_' or '-', got {owner!r}"
-            )
-        if type(timeout_ms) is not int or not 1 <= timeout_ms <= 60_000:
-            raise ValueError(f"'timeout_ms' must be an int in 1..60000, got {timeout_ms!r}")
-        self.url = url
-        self.owner = owner
-        self.timeout_s = timeout_ms / 1000
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects)
-
-    def __call__(self, event: dict[str, Any]) -> bool:
-        request = urllib.request.Request(
-            self.url,
-            data=json.dumps(event).encode("utf-8"),
-            method="POST",
-            headers={"Content-Type": "application/json", "X-Courier": self.owner},
-        )
-        self.last_cause = None
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                body = response.read(MAX_RESPONSE_BYTES)
-                status: int = response.status
-        except urllib.error.HTTPError as error:
-            status = error.code
-            try:
-                body = error.read(MAX_RESPONSE_BYTES)
-            except (OSError, http.client.HTTPException):
-                body = b""
-            error.close()
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            cause = _failure_cause(error)
-            self.last_cause = cause
-            raise with_cause(
-                worker.Retryable(f"no answer from {self.url}: {cause.detail}"), cause
-            ) from error
-        self.last_cause = Cause("answer", _excerpt(body), status)
-        try:
-            return classify_status(status)
-        except (worker.Retryable, worker.Permanent) as refusal:
-            raise with_cause(refusal, self.last_cause) from None
-
-
-def _failure_cause(error: BaseException) -> Cause:
-    """A request that got no answer: a timeout or a connection error, with the reason."""
-    reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    if isinstance(reason, TimeoutError):
-        return Cause("timeout", f"no answer within the timeout ({reason})"[:EXCERPT_CHARS])
-    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else reason
-    return Cause("connection", str(text)[:EXCERPT_CHARS])
 
 
 # --- The crash drill ----------------------------------------------------------------
@@ -481,21 +356,6 @@ def _drained(target: Target, rounds: PgRounds | None) -> bool:
         return False
 
 
-_OUTCOMES = {"done": "ok", "pending": "retry", "dead": "retry", "stale": "retry"}
-
-
-def _outcome(result: dict[str, Any], cause: Cause | None) -> str:
-    """How the round's answer was classified (the cause says; else the status does)."""
-    if cause is None or cause.kind == "exception":
-        return "ok" if result["status"] == "done" else _OUTCOMES[result["status"]]
-    if cause.kind == "answer" and cause.http_status is not None:
-        status = cause.http_status
-        if 200 <= status <= 299:
-            return "ok"
-        return "retry" if status in RETRYABLE_4XX or 500 <= status <= 599 else "permanent"
-    return "retry"
-
-
 class _Watched:
     """``send`` with the cause of its last call kept (from ``HttpSend`` or an exception)."""
 
@@ -557,116 +417,124 @@ def run_courier(
         Anything else the round raises except a busy or unreachable queue (e.g. an
         unexpected error from ``send``, which leaves its job leased).
     """
-    limits = limits or Limits()
-    stop = stop or threading.Event()
     rounds = PgRounds(str(path)) if backend.is_conninfo(path) else None
-    clock = clock_ms if rounds is None else rounds.now_ms
-    if rounds is not None and step is worker.run_file:
-        step = rounds
-    watched = _Watched(send)
+    courier = _Courier(
+        path,
+        owner,
+        _Watched(send),
+        lease_ms,
+        limits or Limits(),
+        stop or threading.Event(),
+        log,
+        rng,
+        rounds if rounds is not None and step is worker.run_file else step,
+        clock_ms if rounds is None else rounds.now_ms,
+        rounds,
+        attempts,
+    )
     try:
-        return _loop(
-            path, owner, watched, lease_ms, limits, stop, log, rng, step, clock, rounds, attempts
-        )
+        return courier.run()
     finally:
         if rounds is not None:
             rounds.close()
 
 
-def _record(
-    attempts: AttemptSink | None,
-    path: Target,
-    owner: str,
-    at_ms: Callable[[], int],
-    result: dict[str, Any] | None,
-    watched: _Watched,
-    log: Log,
-) -> None:
-    """Hand one attempt to ``attempts``; a failing log costs a line, never the courier."""
-    if attempts is None or watched.event is None:
-        return
-    try:
-        if result is not None:
-            attempt = Attempt(
-                result["id"],
-                result["token"],
-                owner,
-                at_ms(),
-                _outcome(result, watched.cause),
-                result["status"],
-                watched.cause,
-            )
-        else:  # send raised something unexpected: the job stays leased
-            ticket = leased_ticket(path, watched.event["id"], owner)
-            token = None if ticket is None else ticket["token"]
-            attempt = Attempt(
-                watched.event["id"], token, owner, at_ms(), "error", "leased", watched.cause
-            )
-        attempts.record(attempt)
-    except Exception as error:
-        log(f"{owner}: could not record the attempt ({type(error).__name__}: {error})")
+@dataclass
+class _Courier:
+    """One ``run_courier`` call: its settings, and the loop that applies them."""
 
+    path: Target
+    owner: str
+    send: _Watched
+    lease_ms: int
+    limits: Limits
+    stop: threading.Event
+    log: Log
+    rng: Callable[[], float]
+    step: Step
+    clock: Callable[[], int]
+    rounds: PgRounds | None
+    attempts: AttemptSink | None
 
-def _loop(
-    path: Target,
-    owner: str,
-    watched: _Watched,
-    lease_ms: int,
-    limits: Limits,
-    stop: threading.Event,
-    log: Log,
-    rng: Callable[[], float],
-    step: Step,
-    clock: Callable[[], int],
-    rounds: PgRounds | None,
-    attempts: AttemptSink | None,
-) -> CourierReport:
-    report = CourierReport(owner)
-    started = time.monotonic()
-    last_work = started
-    streak = 0
-    rounds_left = itertools.count() if limits.max_runs is None else range(limits.max_runs)
-    for _ in rounds_left:
-        if stop.is_set():
-            report.stop_reason = "stopped"
-            return report
-        if limits.max_seconds is not None and time.monotonic() - started >= limits.max_seconds:
-            report.stop_reason = "max-seconds"
-            return report
-        report.runs += 1
-        watched.event = None
+    def run(self) -> CourierReport:
+        report = CourierReport(self.owner)
+        started = time.monotonic()
+        last_work = started
+        streak = 0
+        runs = itertools.count() if self.limits.max_runs is None else range(self.limits.max_runs)
+        for _ in runs:
+            if self.stop.is_set():
+                report.stop_reason = "stopped"
+                return report
+            seconds = self.limits.max_seconds
+            if seconds is not None and time.monotonic() - started >= seconds:
+                report.stop_reason = "max-seconds"
+                return report
+            report.runs += 1
+            result = self._round(report)
+            if result == "busy":
+                streak += 1
+                _pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
+                continue
+            if result is not None:
+                last_work = time.monotonic()
+                streak = 0
+                continue
+            report.idle += 1
+            if self.limits.until_drained and _drained(self.path, self.rounds):
+                report.stop_reason = "drained"
+                return report
+            idle_ms = (time.monotonic() - last_work) * 1000
+            if self.limits.max_idle_ms is not None and idle_ms >= self.limits.max_idle_ms:
+                report.stop_reason = "idle"
+                return report
+            streak += 1
+            _pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
+        report.stop_reason = "max-runs"
+        return report
+
+    def _round(self, report: CourierReport) -> dict[str, Any] | str | None:
+        """One round: its result, ``None`` (nothing claimable) or ``"busy"``."""
+        self.send.event = None
         try:
-            result = step(path, owner, clock, watched, rng(), lease_ms)
+            result = self.step(
+                self.path, self.owner, self.clock, self.send, self.rng(), self.lease_ms
+            )
         except Exception as error:
             if not is_transient(error):
-                if watched.event is not None and watched.cause is not None:
-                    _record(attempts, path, owner, clock, None, watched, log)
+                if self.send.event is not None and self.send.cause is not None:
+                    self._record(None)
                 raise
             report.busy += 1
             what = "busy" if isinstance(error, sqlite3.Error) else "unreachable"
-            log(f"{owner}: queue {what} ({str(error).strip()}); backing off")
-            streak += 1
-            _pause(_backoff_ms(streak, rng) / 1000, stop)
-            continue
+            self.log(f"{self.owner}: queue {what} ({str(error).strip()}); backing off")
+            return "busy"
         if result is not None:
             report.results.append(result)
-            _record(attempts, path, owner, clock, result, watched, log)
-            log(_result_line(owner, result, watched.cause))
-            last_work = time.monotonic()
-            streak = 0
-            continue
-        report.idle += 1
-        if limits.until_drained and _drained(path, rounds):
-            report.stop_reason = "drained"
-            return report
-        idle_ms = (time.monotonic() - last_work) * 1000
-        if limits.max_idle_ms is not None and idle_ms >= limits.max_idle_ms:
-            report.stop_reason = "idle"
-            return report
-        streak += 1
-        _pause(_backoff_ms(streak, rng) / 1000, stop)
-    report.stop_reason = "max-runs"
-    return report
+            self._record(result)
+            self.log(_result_line(self.owner, result, self.send.cause))
+        return result
+
+    def _record(self, result: dict[str, Any] | None) -> None:
+        """Hand one attempt to the log; a failing log costs a line, never the courier."""
+        event = self.send.event
+        if self.attempts is None or event is None:
+            return
+        cause = self.send.cause
+        try:
+            if result is not None:
+                outcome = outcome_of(cause, result["status"])
+                token, status = result["token"], result["status"]
+            else:  # send raised something unexpected: the job stays leased
+                ticket = leased_ticket(self.path, event["id"], self.owner)
+                outcome, status = "error", "leased"
+                token = None if ticket is None else ticket["token"]
+            attempt = Attempt(event["id"], token, self.owner, self.clock(), outcome, status, cause)
+            self.attempts.record(attempt)
+        except Exception as error:
+            self.log(
+                f"{self.owner}: could not record the attempt ({type(error).__name__}: {error})"
+            )
 
 
 def _result_line(owner: str, result: dict[str, Any], cause: Cause | None) -> str:
@@ -675,14 +543,3 @@ def _result_line(owner: str, result: dict[str, Any], cause: Cause | None) -> str
     if cause is None or result["status"] == "done":
         return line
     return f"{line} ({describe_cause(cause)})"
-
-
-def describe_cause(cause: Cause) -> str:
-    """A cause in one line: ``HTTP 409: {...}``, ``timeout: ...``, ``connection: ...``."""
-    if cause.kind == "answer":
-        return (
-            f"HTTP {cause.http_status}: {cause.detail}"
-            if cause.detail
-            else f"HTTP {cause.http_status}"
-        )
-    return f"{cause.kind}: {cause.detail}"

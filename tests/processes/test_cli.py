@@ -274,7 +274,9 @@ def test_serve_prints_its_port_serves_and_stops_cleanly_on_sigterm(
         log,
     )
     until = time.monotonic() + WAIT_S
-    while not port_file.exists() and time.monotonic() < until and server.poll() is None:
+    while time.monotonic() < until and server.poll() is None:
+        if port_file.exists() and port_file.read_text().endswith("\n"):
+            break  # written whole (the file exists a moment before its text)
         time.sleep(0.02)
     port = int(port_file.read_text())
     request = urllib.request.Request(

@@ -66,9 +66,12 @@ def start_web(children: Children, tmp_path: Path, queue: Path, *flags: str) -> s
     )
     proc = children.start(argv, tmp_path / f"web{len(children.procs)}.log")
     until = time.monotonic() + WAIT_S
-    while not port_file.exists() and time.monotonic() < until and proc.poll() is None:
+    while time.monotonic() < until and proc.poll() is None:
+        text = port_file.read_text() if port_file.exists() else ""
+        if text.endswith("\n"):  # written whole (the file is created before it is written)
+            return f"http://127.0.0.1:{int(text)}/"
         time.sleep(0.02)
-    return f"http://127.0.0.1:{int(port_file.read_text())}/"
+    raise AssertionError(f"courier web did not start: {proc.poll()}")
 
 
 @pytest.fixture
