@@ -5,6 +5,7 @@ everything around it that touches the outside world:
 
 - ``courier.receiver``: the downstream HTTP receiver, whose own SQLite inbox applies
   each delivery's effect at most once (deduplicated by id and qty);
+- ``courier.delivery``: one delivery over HTTP, and the cause of its answer;
 - ``courier.runner``: the courier loop around ``worker.run_file`` (or
   ``pgworker.run_once`` on the server's clock) with a real millisecond clock, an
   HTTP ``send`` that keeps each answer's cause, random jitter and bounded backoff;
