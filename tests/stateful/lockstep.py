@@ -22,7 +22,8 @@ verbs that take a hook (``fail_at=None``: no fault), ``run_file`` an argument of
 ``run_once`` (``verb``), and odd arguments two rules, not one per function.
 
 What the rules draw (ids, durations, faults, sends, odd arguments) is in
-``tests/stateful/strategies.py``; the helpers that run and compare both sides
+``tests/stateful/strategies.py``, how each backend is reached in
+``tests/stateful/backends.py``; the helpers that run and compare both sides
 follow the machine.
 
 The machine is parametrized by backend (``Backend``: the module of calls, how to
@@ -45,7 +46,6 @@ import errno
 import functools
 import os
 import shutil
-import sqlite3
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -67,21 +67,28 @@ from hypothesis.stateful import (
     rule,
 )
 from psycopg import conninfo as libpq
-from psycopg.pq import TransactionStatus
 
 import model
 import pgworker
 import worker
+from tests.stateful.backends import POSTGRES, SQLITE, Backend
 from tests.stateful.strategies import (
-    BOUNDARIES,
+    ANY_JITTERS,
+    AROUND,
+    AS_PATHLIKE,
+    ATTEMPTS,
+    BASES,
+    BOUNDARY,
     BUDGETS,
-    DB_FUNCTIONS,
+    CAPS_ABOVE_BASE,
+    CLOCK_STEPS,
+    DB_FUNCTION,
     DEFAULT_LEASE_MS,
     DELAYS,
     EVENTS,
     FAULTS,
+    FIRST_JOBS,
     ITEM_DELAYS,
-    JITTER_ODDITIES,
     JITTERS,
     JOB_ID,
     LATER,
@@ -89,16 +96,20 @@ from tests.stateful.strategies import (
     LIMITS,
     MAX_BATCH_ITEMS,
     MAX_NOW,
-    NOT_A_CONNECTION,
-    NOT_A_QUEUE_PATH,
+    NO_QUEUE_PLACES,
+    NOT_A_QUEUE_PATHS,
+    NOTES,
     ODD_BATCH_CALLS,
+    ODD_CONNECTIONS,
     ODD_SINGLE_CALLS,
     OUTCOME,
     OWNER,
     PLACEHOLDER_TICKET,
+    QTYS,
+    RUN_VERBS,
     SEND,
     TICKET_COLUMNS,
-    TICKET_FIELDS,
+    TICKET_FIELD,
     TTLS,
     VALID_BATCH_SIZE,
     calls_with,
@@ -106,77 +117,12 @@ from tests.stateful.strategies import (
     generic,
     place,
 )
-from tests.support import JOB_COLUMNS, Rows, read_rows
+from tests.support import JOB_COLUMNS
 
 # A file on tmpfs is still a real SQLite file, but its fsyncs cost nothing: the
 # lockstep machine measures logic, not the disk (the benchmarks measure the disk).
 SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
-
-class Backend:
-    """How the lockstep reaches one backend: ``worker.py`` on a SQLite file."""
-
-    name = "worker"
-    label = "worker.py"  # how the failure messages name this side
-    module: Any = worker
-    connection_type = "a sqlite3.Connection"
-
-    def fresh_target(self, folder: str) -> str:
-        """Where a fresh, empty queue is (a file path, created by ``open_queue``)."""
-        return os.path.join(folder, "queue.sqlite")
-
-    def rows(self, con: Any) -> Rows:
-        return read_rows(con)
-
-    def in_transaction(self, con: Any) -> bool:
-        return bool(con.in_transaction)
-
-    def assert_configured(self, con: Any) -> None:
-        assert_configured(con)
-
-    def run_file(self, target: str) -> Callable[..., Any]:
-        return partial(worker.run_file, target)
-
-    def caller(self, target: str) -> Any:
-        """Another connection, as a caller of the queue would hold it (no statement yet)."""
-        return sqlite3.connect(target, isolation_level=None)
-
-
-class PostgresBackend(Backend):
-    """``pgworker.py`` on the database of ``conninfo`` (emptied for every example)."""
-
-    name = "pgworker"
-    label = "pgworker.py"
-    module = pgworker
-    connection_type = "a psycopg.Connection"
-    conninfo = ""  # set by the test that runs the machine (a fresh database's)
-
-    def fresh_target(self, folder: str) -> str:
-        with psycopg.connect(self.conninfo, autocommit=True) as con:
-            con.execute("TRUNCATE jobs, redrives RESTART IDENTITY")
-        return self.conninfo
-
-    def rows(self, con: Any) -> Rows:
-        jobs = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs ORDER BY seq").fetchall()
-        audit = con.execute("SELECT id, token, at_ms, note FROM redrives ORDER BY seq").fetchall()
-        return {"jobs": jobs, "redrives": [(n, *row) for n, row in enumerate(audit, 1)]}
-
-    def in_transaction(self, con: Any) -> bool:
-        return bool(con.info.transaction_status != TransactionStatus.IDLE)
-
-    def assert_configured(self, con: Any) -> None:
-        isolation = con.execute("SHOW default_transaction_isolation").fetchone()[0]
-        assert (con.autocommit, isolation) == (True, "read committed"), (con.autocommit, isolation)
-
-    def run_file(self, target: str) -> Callable[..., Any]:
-        return partial(pgworker.run_database, target)
-
-    def caller(self, target: str) -> Any:
-        return psycopg.connect(target, autocommit=True)
-
-
-SQLITE = Backend()
-POSTGRES = PostgresBackend()
 
 RULE_NAMES: list[str] = []
 
@@ -290,15 +236,13 @@ class QueueLockstep(RuleBasedStateMachine):
 
     # --- rules: the API verbs --------------------------------------------------
 
-    @initialize(
-        jobs=st.lists(st.tuples(JOB_ID, st.integers(1, 2), TTLS, BUDGETS), min_size=1, max_size=3)
-    )
+    @initialize(jobs=FIRST_JOBS)
     def enqueue_first(self, jobs: list[tuple[str, int, int, int | None]]) -> None:
         """Start every run with a few jobs, so that claims have something to take."""
         for job_id, qty, ttl_ms, max_attempts in jobs:
             self.enqueue(job_id, qty, ttl_ms, max_attempts)
 
-    @rule(job_id=JOB_ID, qty=st.integers(1, 2), ttl_ms=TTLS, max_attempts=BUDGETS)
+    @rule(job_id=JOB_ID, qty=QTYS, ttl_ms=TTLS, max_attempts=BUDGETS)
     @counted
     def enqueue(self, job_id: str, qty: int, ttl_ms: int, max_attempts: int | None) -> None:
         event = {"id": job_id, "qty": qty}
@@ -355,7 +299,7 @@ class QueueLockstep(RuleBasedStateMachine):
         ticket = self.live[-1]
         self.finish_with_hooks(dict(ticket), outcome, self.delay_for(delay, ticket), None)
 
-    @rule(ticket=tickets, field=st.sampled_from(TICKET_FIELDS), outcome=OUTCOME)
+    @rule(ticket=tickets, field=TICKET_FIELD, outcome=OUTCOME)
     @counted
     def finish_forged(self, ticket: dict[str, Any], field: str, outcome: str) -> None:
         """Present a well-formed ticket that differs from a real one in one field."""
@@ -472,12 +416,12 @@ class QueueLockstep(RuleBasedStateMachine):
         if live == {True, False}:
             self.count("finish_many: live and stale tickets in one batch")
 
-    @rule(ms=st.one_of(st.integers(0, 3), st.integers(0, 300), st.integers(0, 70000)))
+    @rule(ms=CLOCK_STEPS)
     @counted
     def advance_clock(self, ms: int) -> None:
         self.now = min(self.now + ms, MAX_NOW)
 
-    @rule(boundary=st.sampled_from(BOUNDARIES), offset=st.sampled_from([0, -1, 1]))
+    @rule(boundary=BOUNDARY, offset=AROUND)
     @counted
     def advance_clock_to(self, boundary: str, offset: int) -> None:
         """Move the clock to the next ``boundary`` (lease_until, deadline or available_at)
@@ -496,7 +440,7 @@ class QueueLockstep(RuleBasedStateMachine):
     @rule(
         job_id=JOB_ID,
         ttl_ms=TTLS,
-        note_text=st.sampled_from(["ops", "fixed-address"]),
+        note_text=NOTES,
         fail_at=FAULTS,
     )
     @counted
@@ -515,7 +459,7 @@ class QueueLockstep(RuleBasedStateMachine):
         later=LATER,
         jitter=JITTERS,
         lease_ms=LEASES,
-        verb=st.sampled_from(["run_once", "run_file"]),
+        verb=RUN_VERBS,
     )
     @counted
     def run_once(
@@ -601,10 +545,10 @@ class QueueLockstep(RuleBasedStateMachine):
         return send
 
     @rule(
-        attempt=st.integers(1, 16),
-        base_ms=st.one_of(st.sampled_from([1, 100, 60000]), st.integers(1, 60000)),
-        cap_above_base=st.one_of(st.just(0), st.integers(0, 60000)),
-        jitter=st.one_of(JITTERS, JITTER_ODDITIES),
+        attempt=ATTEMPTS,
+        base_ms=BASES,
+        cap_above_base=CAPS_ABOVE_BASE,
+        jitter=ANY_JITTERS,
     )
     @counted
     def retry_delay(self, attempt: int, base_ms: int, cap_above_base: int, jitter: object) -> None:
@@ -694,7 +638,7 @@ class QueueLockstep(RuleBasedStateMachine):
         }
         return calls[function]
 
-    @rule(as_pathlike=st.booleans())
+    @rule(as_pathlike=AS_PATHLIKE)
     @counted
     def reopen(self, as_pathlike: bool) -> None:
         """Close the connection and open the same file again (str or PathLike): nothing is lost."""
@@ -705,7 +649,7 @@ class QueueLockstep(RuleBasedStateMachine):
             self.con = self.queue.open_queue(self.path)
         self.backend.assert_configured(self.con)
 
-    @rule(path=st.sampled_from(NOT_A_QUEUE_PATH))
+    @rule(path=NOT_A_QUEUE_PATHS)
     @counted
     def open_queue_odd_path(self, path: object) -> None:
         """A value that names no file (or no path at all) is a ValueError; nothing is created.
@@ -739,8 +683,8 @@ class QueueLockstep(RuleBasedStateMachine):
         assert result == expected, f"open_queue({conninfo!r}) -> {result}"
 
     @rule(
-        function=st.sampled_from(DB_FUNCTIONS),
-        con=st.one_of(st.sampled_from(NOT_A_CONNECTION), st.just("open transaction")),
+        function=DB_FUNCTION,
+        con=ODD_CONNECTIONS,
     )
     @counted
     def borrowed_connection_odd(self, function: str, con: object) -> None:
@@ -778,7 +722,7 @@ class QueueLockstep(RuleBasedStateMachine):
             "finish_many": lambda: q.finish_many(con, [], now),
         }
 
-    @rule(where=st.sampled_from(["missing", "folder", "", ":memory:"]), jitter=JITTERS)
+    @rule(where=NO_QUEUE_PLACES, jitter=JITTERS)
     @counted
     def run_file_without_a_queue(self, where: str, jitter: float) -> None:
         """run_file on anything but an existing regular file: FileNotFoundError, no file made.
@@ -1016,17 +960,6 @@ def refusal_of_path(path: object) -> str:
             model.rules.malformed("path", "a local file path (not in-memory, not empty)", path)
         )
     return str(model.rules.malformed("path", "a str or os.PathLike naming a local file", path))
-
-
-def assert_configured(con: sqlite3.Connection) -> None:
-    """open_queue's settings: autocommit, 1 s busy timeout, DELETE journal, FULL sync."""
-    settings_now = (
-        con.isolation_level,
-        con.execute("PRAGMA busy_timeout").fetchone()[0],
-        con.execute("PRAGMA journal_mode").fetchone()[0],
-        con.execute("PRAGMA synchronous").fetchone()[0],
-    )
-    assert settings_now == (None, 1000, "delete", 2), f"connection settings: {settings_now}"
 
 
 class PostgresLockstep(QueueLockstep):

@@ -388,3 +388,24 @@ def reshaped(reshape: Reshape, valid: Any) -> object:
         return []
     count = int(reshape.how.split()[0])  # "1000 items", "1001 items": the valid ones, cycled
     return [valid[index % len(valid)] for index in range(count)]
+
+
+# --- What the machine's rules draw, beyond the tables above ---------------------------
+
+FIRST_JOBS = st.lists(st.tuples(JOB_ID, st.integers(1, 2), TTLS, BUDGETS), min_size=1, max_size=3)
+QTYS = st.integers(1, 2)
+TICKET_FIELD = st.sampled_from(TICKET_FIELDS)
+CLOCK_STEPS = st.one_of(st.integers(0, 3), st.integers(0, 300), st.integers(0, 70000))
+BOUNDARY = st.sampled_from(BOUNDARIES)
+AROUND = st.sampled_from([0, -1, 1])  # on a boundary, or one ms either side of it
+NOTES = st.sampled_from(["ops", "fixed-address"])
+RUN_VERBS = st.sampled_from(["run_once", "run_file"])
+ATTEMPTS = st.integers(1, 16)
+BASES = st.one_of(st.sampled_from([1, 100, 60000]), st.integers(1, 60000))
+CAPS_ABOVE_BASE = st.one_of(st.just(0), st.integers(0, 60000))
+ANY_JITTERS = st.one_of(JITTERS, JITTER_ODDITIES)
+AS_PATHLIKE = st.booleans()
+NO_QUEUE_PLACES = st.sampled_from(["missing", "folder", "", ":memory:"])
+NOT_A_QUEUE_PATHS = st.sampled_from(NOT_A_QUEUE_PATH)
+DB_FUNCTION = st.sampled_from(DB_FUNCTIONS)
+ODD_CONNECTIONS = st.one_of(st.sampled_from(NOT_A_CONNECTION), st.just("open transaction"))
