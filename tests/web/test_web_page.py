@@ -102,6 +102,7 @@ def test_the_page_shows_the_files_counts_and_a_redrive_from_it_writes_one_audit_
 
     browser.type("#redrive-d-1 input[name=note]", "ticket-4711")
     browser.click("#redrive-d-1 button")
+    browser.wait_for("#message")  # the redirect to the page that reports the redrive
     assert "redriven d-1: audit row #1" in browser.text("#message")
     rows = audit_rows(queue)
     assert [(row["id"], row["note"]) for row in rows] == [("d-1", "ticket-4711")]

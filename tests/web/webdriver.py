@@ -100,6 +100,18 @@ class Browser:
         found = self._in_session("POST", "/elements", {"using": "css selector", "value": css})
         return [str(item[ELEMENT]) for item in found]
 
+    def wait_for(self, css: str, timeout_s: float = 10.0) -> str:
+        """The first match of ``css`` once the page has one (a click's navigation may
+        still be under way when the click returns); ``WebDriverError`` after ``timeout_s``."""
+        until = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self.find(css)
+            except WebDriverError:
+                if time.monotonic() >= until:
+                    raise
+            time.sleep(0.05)
+
     def text(self, css: str) -> str:
         return str(self._in_session("GET", f"/element/{self.find(css)}/text"))
 
