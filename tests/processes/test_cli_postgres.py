@@ -107,7 +107,8 @@ def test_an_unreachable_server_is_one_line_naming_the_host_never_the_password(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = "postgresql://operator:s3cret-pw@127.0.0.1:1/orders"
-    for argv in (["status", url], ["init", url], ["dead", url, "--json"]):
+    words = "host=127.0.0.1 port=1 dbname=orders user=operator password=s3cret-pw"
+    for argv in (["status", url], ["init", url], ["dead", url, "--json"], ["jobs", words]):
         code, out, err = run_cli(capsys, *argv)
         assert (code, out) == (EXIT_ERROR, "")
         assert (
