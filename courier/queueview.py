@@ -28,6 +28,7 @@ __all__ = [
     "job_rows",
     "leased_ticket",
     "next_due",
+    "oldest_due",
     "overview",
     "read_queue",
     "redrive_row",
@@ -73,6 +74,12 @@ _DUE = """FROM jobs
     AND deadline > :now AND attempts < max_attempts"""
 _SELECT_NEXT_DUE = f"SELECT {', '.join(JOB_COLUMNS)} {_DUE} ORDER BY seq LIMIT 1"
 _COUNT_DUE = f"SELECT count(*) {_DUE}"
+# The due job that has waited longest: due since its available_at (pending) or the
+# end of its lease (leased), earliest first.
+_DUE_SINCE = "CASE WHEN status = 'pending' THEN available_at ELSE lease_until END"
+_SELECT_OLDEST_DUE = (
+    f"SELECT {', '.join(JOB_COLUMNS)}, {_DUE_SINCE} {_DUE} ORDER BY {_DUE_SINCE}, seq LIMIT 1"
+)
 _SELECT_LEASE = """SELECT id, qty, owner, token, attempts, lease_until FROM jobs
   WHERE id = ? AND status = 'leased' AND owner = ?"""
 _SELECT_REDRIVE = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives WHERE seq = ?"
@@ -175,6 +182,18 @@ def next_due(con: Connection, now_ms: int) -> tuple[dict[str, Any] | None, int]:
     row = _one(con, _SELECT_NEXT_DUE, {"now": now_ms})
     due = _one(con, _COUNT_DUE, {"now": now_ms})
     return (None if row is None else _job(row)), int(due[0]) if due else 0
+
+
+def oldest_due(con: Connection, now_ms: int) -> dict[str, Any] | None:
+    """The due job (as ``next_due`` means it) that has been due longest, with
+    ``due_since`` and ``due_for_ms``; ``None`` if nothing is due."""
+    row = _one(con, _SELECT_OLDEST_DUE, {"now": now_ms})
+    if row is None:
+        return None
+    job = _job(row[:-1])
+    job["due_since"] = row[-1]
+    job["due_for_ms"] = now_ms - row[-1]
+    return job
 
 
 def overview(con: Connection, now_ms: int) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class WebPage:
             view = queueview.overview(con, now)
             with queueview.snapshot(con):
                 dead = queueview.find_jobs(con, "dead", limit=DEAD_SHOWN)
-                oldest = _oldest_due(con, now)
+                oldest = queueview.oldest_due(con, now)
         finally:
             con.close()
         for job in dead:
@@ -116,15 +116,6 @@ class WebPage:
             return redrive_one(con, self.queue, job_id, self.ttl_ms, note)
         finally:
             con.close()
-
-
-def _oldest_due(con: Any, now: int) -> dict[str, Any] | None:
-    """The due job that has waited longest (the next claim's, in the contract's order)."""
-    job, _ = queueview.next_due(con, now)
-    if job is not None:
-        since = job["available_at"] if job["status"] == "pending" else job["lease_until"]
-        job["due_for_ms"] = now - since
-    return job
 
 
 def _cause(attempt: dict[str, Any]) -> str:

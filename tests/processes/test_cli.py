@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import worker
+from courier import queueview
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 from courier.procs import Children, courier_command, project_root
 from courier.receiver import Inbox, RequestLine
@@ -634,3 +635,19 @@ def test_status_warns_of_times_given_in_seconds(
     assert run_cli(capsys, "enqueue", fresh, "fine", "1")[0] == EXIT_OK  # in milliseconds
     code, out, _ = run_cli(capsys, "status", fresh)
     assert code == EXIT_OK and "pending" in out and "warning" not in out
+
+
+def test_the_oldest_due_job_is_the_one_due_longest_not_the_lowest_seq(queue: Path) -> None:
+    con = worker.open_queue(queue)
+    try:
+        t0 = clock_ms() - 10_000
+        worker.enqueue(con, {"id": "b", "qty": 1}, t0, 60_000)  # seq 1
+        assert worker.claim(con, "c1", t0, 1000) is not None  # due again at t0 + 1000
+        worker.enqueue(con, {"id": "a", "qty": 1}, t0 + 500, 60_000)  # seq 2, due at t0 + 500
+        now = t0 + 2000
+        assert queueview.next_due(con, now)[0]["id"] == "b"  # the next claim's, by seq
+        oldest = queueview.oldest_due(con, now)
+        assert oldest is not None
+        assert (oldest["id"], oldest["due_since"], oldest["due_for_ms"]) == ("a", t0 + 500, 1500)
+    finally:
+        con.close()
