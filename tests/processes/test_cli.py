@@ -645,7 +645,8 @@ def test_the_oldest_due_job_is_the_one_due_longest_not_the_lowest_seq(queue: Pat
         assert worker.claim(con, "c1", t0, 1000) is not None  # due again at t0 + 1000
         worker.enqueue(con, {"id": "a", "qty": 1}, t0 + 500, 60_000)  # seq 2, due at t0 + 500
         now = t0 + 2000
-        assert queueview.next_due(con, now)[0]["id"] == "b"  # the next claim's, by seq
+        following, _ = queueview.next_due(con, now)
+        assert following is not None and following["id"] == "b"  # the next claim's, by seq
         oldest = queueview.oldest_due(con, now)
         assert oldest is not None
         assert (oldest["id"], oldest["due_since"], oldest["due_for_ms"]) == ("a", t0 + 500, 1500)
