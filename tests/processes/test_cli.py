@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -444,7 +445,7 @@ def test_inbox_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         )
     con.close()
     done = subprocess.run(
-        f"{' '.join(courier_command('inbox', tmp_path / 'inbox.sqlite'))} | head -1",
+        f"{shlex.join(courier_command('inbox', tmp_path / 'inbox.sqlite'))} | head -1",
         shell=True,
         cwd=project_root(),
         capture_output=True,
