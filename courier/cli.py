@@ -190,8 +190,9 @@ def _status_options(status: argparse.ArgumentParser) -> None:
     _queue_arg(status)
     _json_option(status, "one JSON object (one per line with --watch)")
     watch = "redraw every S seconds until Ctrl-C (default 1 when given alone)"
-    status.add_argument("--watch", metavar="S", type=_positive_float, nargs="?", const=1.0)
-    status._actions[-1].help = watch
+    status.add_argument(
+        "--watch", metavar="S", type=_positive_float, nargs="?", const=1.0, help=watch
+    )
     _option(status, "--times", "N", _int_at_least(1), "with --watch: stop after N views")
 
 
