@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transitions import Machine
 
@@ -28,6 +28,22 @@ from model.lifecycle import EFFECTS, INITIAL, STATES, TRANSITIONS
 JobRow = tuple[int, str, int, str, int, int, int, int, int, str | None, int | None, str | None]
 """A row of the ``jobs`` table: seq, id, qty, status, attempts, max_attempts, token,
 available_at, deadline, owner, lease_until, reason."""
+
+# The job's attributes in the row's column order (``state`` is the status column).
+ROW_FIELDS = (
+    "seq",
+    "id",
+    "qty",
+    "state",
+    "attempts",
+    "max_attempts",
+    "token",
+    "available_at",
+    "deadline",
+    "owner",
+    "lease_until",
+    "reason",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,37 +94,12 @@ class Job:
 
     def row(self) -> JobRow:
         """The job as a row of the ``jobs`` table, in column order."""
-        return (
-            self.seq,
-            self.id,
-            self.qty,
-            self.state,
-            self.attempts,
-            self.max_attempts,
-            self.token,
-            self.available_at,
-            self.deadline,
-            self.owner,
-            self.lease_until,
-            self.reason,
-        )
+        return cast(JobRow, tuple(getattr(self, field) for field in ROW_FIELDS))
 
     def restore(self, row: JobRow) -> None:
         """Put back every field, the lifecycle state included, from ``row()``."""
-        (
-            self.seq,
-            self.id,
-            self.qty,
-            self.state,
-            self.attempts,
-            self.max_attempts,
-            self.token,
-            self.available_at,
-            self.deadline,
-            self.owner,
-            self.lease_until,
-            self.reason,
-        ) = row
+        for field, value in zip(ROW_FIELDS, row, strict=True):
+            setattr(self, field, value)
 
     def ticket(self) -> dict[str, Any]:
         """The ticket of the current lease: the only one ``finish`` accepts.
