@@ -478,6 +478,10 @@ def open_queue(path: str | os.PathLike[str]) -> sqlite3.Connection:
 
 # --- 3. enqueue ----------------------------------------------------------------
 
+# The calls read alike on purpose, a single call and its batch as much as claim and
+# finish: the arguments' checks in the contract's order, then one _write_transaction
+# whose body names its change point. tests/parallel/planted.py quotes these bodies.
+
 
 def enqueue(
     con: sqlite3.Connection,
