@@ -519,19 +519,23 @@ def run(
         record["meta"]["postgres"] = version[0]
         record["meta"]["durability"] = postgres_durability(databases.con)
         for name in names:
-            contestant = CONTESTANTS[name]
-            found = versions(contestant)
-            entry: dict[str, Any] = {"name": name, "takes": contestant.takes, "versions": found}
-            record["contestants"].append(entry)
+            found = versions(CONTESTANTS[name])
+            entry: dict[str, Any] = {"name": name, "takes": CONTESTANTS[name].takes}
+            entry["versions"] = found
             if found is None:
                 log(f"{name}: not installed (pip install -e '.[peers]')")
-                continue
-            entry["cells"] = []
-            for k in processes:
-                cell = run_cell(contestant, databases, jobs, k)
+            else:
+                entry["cells"] = []
+            record["contestants"].append(entry)
+        entries = [entry for entry in record["contestants"] if "cells" in entry]
+        # K by K, every contestant in turn: what is compared runs minutes apart at most,
+        # under much the same load from other work.
+        for k in processes:
+            for entry in entries:
+                cell = run_cell(CONTESTANTS[entry["name"]], databases, jobs, k)
                 entry["cells"].append(cell)
                 log(
-                    f"{name} K={k}: {cell['jobs_per_s']} jobs/s in {cell['seconds']} s "
+                    f"{entry['name']} K={k}: {cell['jobs_per_s']} jobs/s in {cell['seconds']} s "
                     f"(start-up {cell['startup_s']} s) {cell['errors'] or ''}"
                 )
     record["meta"]["load_average_after"] = round(os.getloadavg()[0], 2)
