@@ -452,8 +452,8 @@ def table(results: list[dict[str, object]]) -> str:
     """The measured plants as the markdown table of ``docs/testing.md``."""
     lines = [
         "| plant | the mistake | lockstep (ci) | parallel suite: first failure | programs"
-        " | with shrinking | shrunk program | failed runs |",
-        "|---|---|---|---|---|---|---|---|",
+        " | with shrinking | shrunk program | failed runs | caught by |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         bug = BY_NAME[str(result["plant"])]
@@ -462,9 +462,24 @@ def table(results: list[dict[str, object]]) -> str:
             f"| `{bug.name}` | {bug.summary} | {seq} | {result['first_failure_s']} s"
             f" | {result['programs_to_first_failure']} | {result['total_s']} s"
             f" | {result['shrunk_calls']} calls, {result['shrunk_branches']} branches"
-            f" | {result['failed_runs']} |"
+            f" | {result['failed_runs']} | {caught_by(str(result['example']))} |"
         )
     return "\n".join(lines)
+
+
+def caught_by(report: str) -> str:
+    """What failed the shrunk program's run: the history (no order explains it) or a
+    promise of the judge's (its ``broken:`` line)."""
+    if "verdict: illegal" in report:
+        return "the model: no order explains it"
+    for problem, promise in (
+        ("waited for a row lock", "claims never wait"),
+        ("the write lock was refused", "locks wait their turn"),
+        ("transaction open", "send outside transactions"),
+    ):
+        if problem in report:
+            return f"the judge: {promise}"
+    return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
