@@ -1,0 +1,141 @@
+"""bench.postgres_peers at tiny sizes, pgworker's two rows only: every cell counts each job
+once in the database and once in the processes, under durable settings; the verdicts say
+plainly where pgworker is not ahead; docs/postgres.md is what the recorded JSON renders.
+
+The peers (procrastinate, pgqueuer) are the optional ``peers`` extra and stay out of
+this smoke run, installed or not: the harness that times them is the one that times
+pgworker here, and the page's test checks that the recorded full run had all four.
+Nothing here asserts a rate.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import postgres_peers
+from courier.procs import project_root
+
+RUN_TIMEOUT_S = 120.0
+DOCS = project_root() / "docs"
+OURS = ("pgworker", "pgworker-64")
+
+
+@pytest.fixture(scope="module")
+def quick_run() -> Iterator[tuple[dict[str, Any], str]]:
+    """One ``python -m bench.postgres_peers --quick`` run of pgworker's rows in a child.
+
+    Its folder is under /var/tmp, as bench.postgres's smoke test explains: the server
+    runs as a user of its own when we are root, and pytest re-privatises its tmp_path.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="bench-postgres-peers-smoke-", dir="/var/tmp"))
+    try:
+        out = folder / "peers.json"
+        argv = [sys.executable, "-m", "bench.postgres_peers", "--quick", "--dir", str(folder)]
+        for name in OURS:
+            argv += ["--only", name]
+        done = subprocess.run(
+            [*argv, "--json", str(out)],
+            cwd=project_root(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        yield json.loads(out.read_text(encoding="utf-8")), done.stdout
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_every_cell_counts_each_job_once_under_durable_settings(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    record, _ = quick_run
+    jobs = record["meta"]["jobs"]
+    assert [entry["name"] for entry in record["contestants"]] == list(OURS)
+    for entry in record["contestants"]:
+        assert "psycopg" in entry["versions"]
+        assert [cell["processes"] for cell in entry["cells"]] == list(
+            postgres_peers.QUICK_PROCESSES
+        )
+        for cell in entry["cells"]:
+            assert not cell["errors"], cell
+            assert cell["done"] == jobs == sum(cell["ran_per_process"]), cell
+            assert len(cell["ran_per_process"]) == cell["processes"]
+            assert cell["jobs_per_s"] == pytest.approx(jobs / cell["seconds"], rel=0.01)
+            assert "fsync=on" in cell["durability"]
+            assert "synchronous_commit=on" in cell["durability"]
+
+
+def test_the_run_prints_its_table(quick_run: tuple[dict[str, Any], str]) -> None:
+    record, stdout = quick_run
+    assert postgres_peers.render(record) in stdout
+    assert "No peer ran beside pgworker: nothing to compare." in stdout
+
+
+def _with_peer(record: dict[str, Any], rates: list[float | None]) -> dict[str, Any]:
+    """``record`` plus a peer whose cells did ``rates`` jobs/s (``None``: failed)."""
+    peer = copy.deepcopy(record["contestants"][0])
+    peer.update(name="peer", takes="a peer", versions={"peer": "1.0"})
+    for cell, rate in zip(peer["cells"], rates, strict=True):
+        cell["jobs_per_s"] = rate
+        cell["errors"] = [] if rate is not None else ["7 of 200 jobs acknowledged"]
+    return {**record, "contestants": [*record["contestants"], peer]}
+
+
+def test_the_verdicts_name_each_peer_that_did_as_much_or_more(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    record, _ = quick_run
+    first_k, second_k = postgres_peers.QUICK_PROCESSES
+    singles = record["contestants"][0]["cells"]
+    text = postgres_peers.render(_with_peer(record, [singles[0]["jobs_per_s"], None]))
+    assert f"- K={first_k}, pgworker (" in text
+    assert f"K={first_k}, pgworker ({singles[0]['jobs_per_s']:,.0f} jobs/s): **not ahead**" in text
+    assert f"K={second_k}, pgworker ({singles[1]['jobs_per_s']:,.0f} jobs/s): ahead of peer" in text
+    assert f"- peer K={second_k}: 7 of 200 jobs acknowledged." in text
+    assert "| peer | peer 1.0 | a peer |" in text
+
+
+def test_a_peer_not_installed_is_shown_as_such(quick_run: tuple[dict[str, Any], str]) -> None:
+    record, _ = quick_run
+    missing = {"name": "procrastinate", "takes": "its worker", "versions": None}
+    text = postgres_peers.render({**record, "contestants": [*record["contestants"], missing]})
+    assert "| procrastinate | not installed | its worker | - | - |" in text
+    assert "No peer ran beside pgworker" in text
+
+
+def test_render_into_replaces_only_what_stands_between_the_markers(
+    quick_run: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    record, _ = quick_run
+    begin, end = postgres_peers.BEGIN_MARK, postgres_peers.END_MARK
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
+    postgres_peers.render_into(page, record)
+    assert page.read_text() == f"before\n{begin}\n{postgres_peers.render(record)}{end}\nafter\n"
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers here\n")
+    with pytest.raises(ValueError, match="section"):
+        postgres_peers.render_into(plain, record)
+
+
+def test_the_page_is_the_recorded_full_run_of_all_four_rendered() -> None:
+    record = json.loads((DOCS / "postgres-peers.json").read_text(encoding="utf-8"))
+    page = (DOCS / "postgres.md").read_text(encoding="utf-8")
+    section = page.split(postgres_peers.BEGIN_MARK + "\n", 1)[1]
+    assert section.split(postgres_peers.END_MARK, 1)[0] == postgres_peers.render(record)
+    assert not record["meta"]["quick"], "the page shows a full run"
+    assert record["meta"]["processes"] == list(postgres_peers.PROCESSES)
+    assert [entry["name"] for entry in record["contestants"]] == list(postgres_peers.CONTESTANTS)
+    assert all(entry["versions"] for entry in record["contestants"]), "every peer ran"
