@@ -131,11 +131,11 @@ class QueueSpec:
         observed: Observed = op.call
         kwargs = observed.kwargs
         if observed.verb == "finish":
-            return {kwargs["ticket"]["id"]}
+            return ticket_ids([kwargs.get("ticket")])
         if observed.verb == "finish_many":
-            return {item["ticket"]["id"] for item in kwargs["results"]}
+            return ticket_ids([item.get("ticket") for item in kwargs.get("results", [])])
         if observed.verb == "redrive":
-            return {kwargs["job_id"]}
+            return {kwargs["job_id"]} if isinstance(kwargs.get("job_id"), str) else set()
         if observed.part == "finish":
             assert observed.pair is not None
             return {self.by_id[observed.pair].call.output[1]["id"]}
@@ -314,3 +314,12 @@ def tickets_seen(observed: Observed) -> dict[str, dict[str, Any]]:
     if isinstance(value, dict) and value.get("id") is not None:
         return {value["id"]: value}
     return {}
+
+
+def ticket_ids(tickets: list[Any]) -> set[str]:
+    """The job ids of the well-formed tickets among ``tickets``."""
+    return {
+        ticket["id"]
+        for ticket in tickets
+        if isinstance(ticket, dict) and isinstance(ticket.get("id"), str)
+    }
