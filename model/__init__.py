@@ -6,7 +6,8 @@ by step. It keeps no SQLite and no clock: the whole queue is in memory and
 time is always an argument.
 
 - ``model.lifecycle``: the states, the transitions in decision order and their
-  effects, as data (start here);
+  effects, as data (start here), and the claim order of each backend
+  (``CLAIM_ORDERS``: ``strict`` on SQLite, ``relaxed`` on PostgreSQL);
 - ``model.job``: ``Job``, one row of the jobs table, whose methods are the
   guards and effects the tables name; the ``transitions`` machine built from
   the tables;
@@ -27,6 +28,7 @@ time is always an argument.
 
 from model.job import Call, Job, machine_config, new_machine
 from model.lifecycle import (
+    CLAIM_ORDERS,
     CLAIM_TRIGGERS,
     EFFECTS,
     FINISH_TRIGGERS,
@@ -41,6 +43,7 @@ from worker import BadAck, Conflict, Permanent, Retryable
 
 __all__ = [
     "ARGUMENT_RULES",
+    "CLAIM_ORDERS",
     "CLAIM_TRIGGERS",
     "EFFECTS",
     "FINISH_TRIGGERS",
