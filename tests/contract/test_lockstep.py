@@ -11,7 +11,8 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.stateful.lockstep import POSTGRES, PostgresLockstep
+from tests.stateful.backends import POSTGRES
+from tests.stateful.lockstep import PostgresLockstep
 
 SHARE = 14
 
