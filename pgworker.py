@@ -219,6 +219,8 @@ _SEARCH = {
     ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
     for queue, where in _SEARCHES
 }
+# psycopg sends a small int as a smallint: every sum of two parameters is cast to
+# bigint first (20000 + 20000 would overflow a smallint).
 # The quarantine updates the very row versions its search locked (by ctid: a TID
 # scan, never a join with the whole table, whatever the planner guesses of how
 # many rows are due for quarantine). Steps 2 and 3: the lowest :limit claimable
@@ -235,7 +237,8 @@ _CLAIM = f"""WITH quarantined AS (
     SELECT seq FROM fresh UNION ALL SELECT seq FROM retried UNION ALL SELECT seq FROM expired
     ORDER BY seq LIMIT %(limit)s)
 UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.token + 1,
-    owner = %(owner)s, lease_until = least(%(now)s + %(lease_ms)s, jobs.deadline), reason = NULL
+    owner = %(owner)s, reason = NULL,
+    lease_until = least(%(now)s::bigint + %(lease_ms)s::bigint, jobs.deadline)
   FROM picked WHERE jobs.seq = picked.seq
   RETURNING jobs.seq, jobs.id, jobs.qty, jobs.token, jobs.attempts, jobs.lease_until"""
 

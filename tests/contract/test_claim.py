@@ -55,6 +55,17 @@ def test_lease_never_outlives_the_deadline(queue: Queue) -> None:
     assert take(queue, 10, lease=100)["lease_until"] == 110  # exactly reaching it is fine
 
 
+@pytest.mark.parametrize(("now", "lease"), [(20_000, 20_000), (32_767, 1), (1, 32_767)])
+def test_a_lease_ends_at_now_plus_lease_ms_whatever_their_sizes(
+    queue: Queue, now: int, lease: int
+) -> None:
+    """Two small numbers whose sum does not fit a 16-bit int (PostgreSQL's smallint,
+    which psycopg picks for a small Python int) still add up."""
+    add(queue, "a", now=now, ttl=60_000)
+    assert take(queue, now, lease=lease)["lease_until"] == now + lease
+    assert queue.claim_many("courier-2", now + lease, 1, lease) != []
+
+
 def test_takes_the_lowest_seq_claimable_job(queue: Queue) -> None:
     for name in ["z", "y", "x"]:
         add(queue, name)
