@@ -1,5 +1,9 @@
 """N courier processes on one queue file: total claim+finish cycles and lock timeouts.
 
+The queue alone, at its most contended (``bench.postgres`` sets it beside PostgreSQL);
+the real courier runner against the real receiver is ``bench.delivery``, which
+starts its processes with ``process_reports`` too.
+
 For each N, a fresh queue file is filled with due jobs (direct SQL, more than N
 couriers can take in the window), then N processes are started with the ``spawn``
 context. Each opens the file with ``worker.open_queue`` (its 1 s busy timeout
@@ -17,6 +21,7 @@ import multiprocessing
 import queue
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,7 @@ import worker
 from bench.rows import fill_pending
 from courier.runner import clock_ms, is_busy
 
-__all__ = ["run_couriers"]
+__all__ = ["fleet_window", "process_reports", "run_couriers"]
 
 LEASE_MS = 30_000
 READY_TIMEOUT_S = 60.0
@@ -100,6 +105,34 @@ def _collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
     return got
 
 
+def process_reports(
+    target: Callable[..., None], args: Callable[[str], tuple[Any, ...]], n: int, seconds: float
+) -> list[dict[str, Any]]:
+    """Start ``n`` ``spawn`` processes running ``target(*args(owner), go, results)``
+    (owners ``courier-0`` ...), let them start together once all are ready, and return
+    the reports they put on ``results`` within ``seconds`` and a grace period; every
+    child is joined (killed if it hangs)."""
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    results = context.Queue()
+    children = [
+        context.Process(target=target, args=(*args(f"courier-{k}"), go, results), daemon=True)
+        for k in range(n)
+    ]
+    try:
+        for child in children:
+            child.start()
+        _collect(results, "ready", n, READY_TIMEOUT_S)
+        go.set()
+        return _collect(results, "result", n, seconds + RESULT_GRACE_S)
+    finally:
+        for child in children:
+            child.join(timeout=5)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
 def run_couriers(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
     """Run ``processes`` couriers on one fresh file for ``seconds``; return the totals."""
     path = folder / f"couriers-{processes}.sqlite"
@@ -108,39 +141,30 @@ def run_couriers(folder: Path, processes: int, seconds: float) -> dict[str, Any]
         fill_pending(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
     finally:
         con.close()
-    context = multiprocessing.get_context("spawn")
-    go = context.Event()
-    results = context.Queue()
-    children = [
-        context.Process(
-            target=courier, args=(str(path), f"courier-{k}", seconds, go, results), daemon=True
-        )
-        for k in range(processes)
-    ]
     try:
-        for child in children:
-            child.start()
-        _collect(results, "ready", processes, READY_TIMEOUT_S)
-        go.set()
-        reports = _collect(results, "result", processes, seconds + RESULT_GRACE_S)
+        reports = process_reports(
+            courier, lambda owner: (str(path), owner, seconds), processes, seconds
+        )
     finally:
-        for child in children:
-            child.join(timeout=5)
-            if child.is_alive():
-                child.kill()
-                child.join()
         for name in (path, Path(f"{path}-journal")):
             name.unlink(missing_ok=True)
     return _totals(processes, seconds, reports)
 
 
+def fleet_window(
+    processes: int, seconds: float, reports: list[dict[str, Any]]
+) -> tuple[dict[str, Any], float]:
+    """What every fleet's totals start with (how many processes, how many reported, the
+    longest window) and that window in seconds: the rates are over it."""
+    window = max((float(report.get("seconds", 0.0)) for report in reports), default=seconds)
+    return {"processes": processes, "reported": len(reports), "seconds": round(window, 3)}, window
+
+
 def _totals(processes: int, seconds: float, reports: list[dict[str, Any]]) -> dict[str, Any]:
     cycles = [int(report["cycles"]) for report in reports]
-    window = max((float(report["seconds"]) for report in reports), default=seconds)
+    common, window = fleet_window(processes, seconds, reports)
     return {
-        "processes": processes,
-        "reported": len(reports),
-        "seconds": round(window, 3),
+        **common,
         "cycles": sum(cycles),
         "cycles_per_s": round(sum(cycles) / window, 1) if window > 0 else 0.0,
         "per_process_min": min(cycles, default=0),

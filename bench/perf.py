@@ -24,9 +24,14 @@ order they run:
    connections (``bench.peers``).
 4. ``latency``: claim+finish p50/p99 with ``--rows`` rows, in two shapes, and a file
    created by someone else with only the contract's two tables (``bench.latency``).
-5. ``slowpaths``: queue states where claim's cost could grow (``bench.slowpaths``).
-6. ``couriers``: N processes on one file, cycles/s and lock timeouts (``bench.couriers``).
-7. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
+5. ``ceiling``: each single call (enqueue, claim, finish, claim+finish, redrive)
+   beside the same row writes with the same indexes alone in their transaction,
+   step by step (``bench.ceiling``), with the contract's sync and without it.
+6. ``slowpaths``: queue states where claim's cost could grow (``bench.slowpaths``).
+7. ``couriers``: one courier's round built up layer by layer (run_once, reopening
+   the file, HTTP, the receiver's commit, the runner), then 1, 4 and 8 courier
+   processes of the real runner against the real receiver (``bench.delivery``).
+8. ``syncs``: fsync/fdatasync calls per call, counted with strace (``bench.syncs``).
 
 Sections 1-3 run ``--rounds`` times (5 by default), one after the other (limit,
 worker, peers; limit, worker, peers; ...), and each figure is its median round (every
@@ -58,12 +63,32 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench import chart, couriers, latency, limits, ops, peers, report, slowpaths, syncs
+from bench import (
+    ceiling,
+    chart,
+    delivery,
+    latency,
+    limits,
+    ops,
+    peers,
+    report,
+    slowpaths,
+    syncs,
+)
 from bench.measure import median_of_rounds
 
 __all__ = ["SECTIONS", "Settings", "main", "run"]
 
-SECTIONS = ("limit", "worker", "peers", "latency", "slowpaths", "couriers", "syncs")
+SECTIONS = (
+    "limit",
+    "worker",
+    "peers",
+    "latency",
+    "ceiling",
+    "slowpaths",
+    "couriers",
+    "syncs",
+)
 DEFAULT_ROWS = (1_000, 10_000, 100_000, 1_000_000)
 QUICK_ROWS = (1_000, 2_000)
 # DELETE+FULL is the limit; the others are context: what WAL would change, and what a
@@ -82,8 +107,10 @@ class Settings:
     cycles: int = 300  # timed claim+finish cycles per latency point (synchronous=FULL)
     off_cycles: int = 150  # and with synchronous=OFF (analysis only); all <= 500 due jobs
     warmup: int = 20
-    couriers: tuple[int, ...] = (1, 2, 4, 8)
-    courier_seconds: float = 3.0
+    couriers: tuple[int, ...] = (1, 4, 8)
+    courier_seconds: float = 5.0  # each fleet of courier processes
+    layer_seconds: float = 1.5  # each layer of one courier's round, in each of 3 rounds
+    ceiling_steps: int = 2_000  # steps of each call beside its ceiling
     slowpath_cycles: int = 100
     slowpath_scale: float = 1.0
     sync_calls: int = 50
@@ -102,6 +129,8 @@ class Settings:
             warmup=5,
             couriers=(1, 2),
             courier_seconds=0.5,
+            layer_seconds=0.1,
+            ceiling_steps=30,
             slowpath_cycles=10,
             slowpath_scale=0.02,
             sync_calls=4,
@@ -250,19 +279,40 @@ def section_slowpaths(
     return results
 
 
+def section_ceiling(folder: Path, settings: Settings, log: Callable[[str], None]) -> dict[str, Any]:
+    """Each single call beside its ceiling (``bench.ceiling``), synced and not."""
+    out = {
+        "synced": ceiling.measure(folder, settings.ceiling_steps, settings.max_seconds),
+        "without_sync": ceiling.measure(
+            folder, settings.ceiling_steps, settings.max_seconds, without_sync=True
+        ),
+    }
+    shares = ", ".join(f"{k} {out['synced'][k]['share']:.2f}" for k in ceiling.CALLS)
+    log(f"ceiling: share of each call's ceiling: {shares}")
+    return out
+
+
 def section_couriers(
     folder: Path, settings: Settings, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """N courier processes on one file, for each N."""
+    """One courier's round layer by layer, then N courier processes, for each N."""
+    layers = delivery.breakdown(folder, settings.layer_seconds)
+    log("couriers: " + ", ".join(f"{k} {v['per_s']:,.0f}/s" for k, v in layers.items()))
     results = []
     for n in settings.couriers:
-        entry = couriers.run_couriers(folder, n, settings.courier_seconds)
+        entry = delivery.fleet(folder, n, settings.courier_seconds)
         results.append(entry)
         log(
-            f"couriers {n}: {entry['cycles_per_s']:,.0f} cycles/s, "
-            f"{entry['locked']} locked, {entry['stale']} stale"
+            f"couriers {n}: {entry['per_s']:,.0f} deliveries/s, smallest share "
+            f"{entry['smallest_share']}, {entry['lock_timeouts']} lock timeouts"
         )
-    return {"seconds": settings.courier_seconds, "lease_ms": couriers.LEASE_MS, "results": results}
+    return {
+        "seconds": settings.courier_seconds,
+        "layer_seconds": settings.layer_seconds,
+        "lease_ms": delivery.LEASE_MS,
+        "layers": layers,
+        "results": results,
+    }
 
 
 def section_syncs(folder: Path, settings: Settings, log: Callable[[str], None]) -> dict[str, Any]:
@@ -350,6 +400,8 @@ def run(
     results.update(_rounds(folder, settings, sections, log))
     if "latency" in sections:
         results["latency"], results["foreign_file"] = section_latency(folder, settings, log)
+    if "ceiling" in sections:
+        results["ceiling"] = section_ceiling(folder, settings, log)
     if "slowpaths" in sections:
         results["slowpaths"] = section_slowpaths(folder, settings, log)
     if "couriers" in sections:
@@ -397,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--page", type=Path, help="write the user page (markdown) here")
     parser.add_argument("--rows", type=_sizes, help="latency sizes, e.g. 1000,10000,100000")
     parser.add_argument("--sections", type=_sections, default=SECTIONS, help=",".join(SECTIONS))
-    parser.add_argument("--couriers", type=_sizes, help="courier process counts, e.g. 1,2,4,8")
+    parser.add_argument("--couriers", type=_sizes, help="courier process counts, e.g. 1,4,8")
     parser.add_argument("--count", type=int, help="single calls per phase (default 2000)")
     parser.add_argument("--rounds", type=int, help="rounds of limit, worker, peers (default 5)")
     parser.add_argument(

@@ -19,6 +19,7 @@ __all__ = ["CONTRACT_MODE", "limit_per_s", "render", "tx_per_job"]
 
 CONTRACT_MODE = "DELETE+FULL"
 NOTEBOOK = "dev/2026-12-01-performance-notebook.md"
+NOTE = "dev/2026-12-01-single-calls-and-couriers.md"
 # Write transactions per job of each phase, for single calls; batch calls divide by size.
 _TX_PER_CALL = {"enqueue": 1, "claim": 1, "finish": 1, "cycle": 2}
 _PHASE_NAMES = {
@@ -44,20 +45,18 @@ _MODES = {
 # What to do about each slow state (bench.slowpaths); a case whose cost does not grow
 # with its size needs nothing.
 _ADVICE = {
-    "ahead-and-due": "as many jobs enqueued ahead (a producer's clock runs fast) as due jobs "
-    "behind them: each claim reads past them in seq order. Keep producers and couriers on "
-    "the one time base the contract asks for; with such a backlog, claim with `claim_many`, "
-    "which reads past them once per batch.",
+    "ahead-and-due": "jobs enqueued ahead (a producer's clock runs fast) with due jobs behind "
+    "them: each claim reads past them. Keep producers and couriers on the contract's one time "
+    "base; with such a backlog, `claim_many` reads past them once per batch.",
     "expired-leases": "a courier died holding many leases: the claims take them first, "
     "oldest first. Let a courier lease no more jobs than it can finish within one lease, and "
     "drain such a backlog in small batches: a large one holds the write lock past the "
     "others' busy timeout.",
 }
 _FLAT = (
-    "flat, nothing to do: each queue of claimable rows (fresh, retried, leased) has a partial "
-    "index in seq order, and one statement reads each from its oldest row to its first "
-    "claimable ones (the retries and the leases only when one is due); the quarantine of "
-    "spent budgets reads only leases on their last attempt."
+    "flat, nothing to do: each queue of claimable rows (fresh, retried, leased) is read in seq "
+    "order through a partial index of its own, the retries and the leases only when one is "
+    "due, and the quarantine runs only when it has a job to move."
 )
 # The paragraph before each section's table.
 _INTROS = {
@@ -69,8 +68,8 @@ _INTROS = {
     "Latency against rows": "One claim and its finish, timed together, in files of `pending` "
     "rows (all due) and of `history` rows (mostly done and dead, a tenth waiting retries, "
     "due jobs last):",
-    "Several couriers on one file": "N processes claiming and finishing for {seconds} s, on "
-    "one file:",
+    "Couriers end to end": "One courier's round a layer at a time ({layer_seconds} s each, the "
+    "median of 3 rounds), from the queue alone to the real runner and receiver:",
     "Slow states, and what to do about them": "States a real queue reaches in which claim's "
     "cost could grow, each at a small and a large size, and a batch (`claim_many` + "
     "`finish_many`) in the same state:",
@@ -194,30 +193,55 @@ def _settings(results: dict[str, Any]) -> list[str]:
         full_us, off_us = 1e6 / limit, 1e6 / off
         commit_syncs = _fmt(syncs.get((f"bare {CONTRACT_MODE}", "transaction")))
         lines += _para(
-            f"Under the contract's settings a commit syncs {commit_syncs} times (the journal,",
-            "its directory, the journal again, the database), so the disk sets the pace: a",
-            f"bare transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
-            f"durability. WAL with FULL would sync once per commit ({wal / limit:.1f}x the",
+            f"A commit syncs {commit_syncs} times (the journal, its directory, the journal again,",
+            f"the database): a bare transaction spends {_fmt(full_us - off_us)} of its",
+            f"{_fmt(full_us)} µs on durability. WAL with FULL syncs once ({wal / limit:.1f}x the",
             "limit); the contract keeps DELETE so that a queue is one self-contained file.",
         )
     return [
         *lines,
-        "What each call costs, and how much of that is the syncs:",
+        "",
+        *_para(
+            "Each single call beside **its ceiling**, the same row writes with the same indexes",
+            "alone in their transaction, timed step by step beside it (share: the ceiling's time",
+            f"over the call's; a ceiling beside itself got {_beside_itself(results)}); with",
+            "synchronous=OFF (not a mode of the queue) the code's own cost shows:",
+        ),
         "",
         *_cost_table(results),
     ]
 
 
+_CEILING_CALLS = {**_PHASE_NAMES["single"], "redrive": "redrive"}
+
+
+def _beside_itself(results: dict[str, Any]) -> str:
+    """The share a ceiling got beside itself, synced, or ``-`` if not measured."""
+    figure = results.get("ceiling", {}).get("synced", {}).get("ceiling_beside_itself")
+    return "-" if figure is None else f"{figure['share']:.2f}"
+
+
 def _cost_table(results: dict[str, Any]) -> list[str]:
-    durable = results.get("worker", {}).get("single", {})
-    unsynced = results.get("worker", {}).get("single_without_sync", {})
+    """Each single call beside its ceiling, with the contract's sync and without."""
+    section = results.get("ceiling", {})
+    synced, unsynced = section.get("synced", {}), section.get("without_sync", {})
     rows = []
-    for phase, name in _PHASE_NAMES["single"].items():
-        if phase in durable and phase in unsynced:
-            full_us = 1e6 / float(durable[phase]["per_s"])
-            off_us = 1e6 / float(unsynced[phase]["per_s"])
-            rows.append([f"`{name}`", _fmt(full_us), _fmt(off_us), _fmt(full_us - off_us)])
-    header = ["call", "µs per call", "µs with synchronous=OFF (not durable)", "µs for the syncs"]
+    for call, name in _CEILING_CALLS.items():
+        if call in synced and call in unsynced:
+            full, off = synced[call], unsynced[call]
+            tx = int(full["tx_per_step"])
+            rows.append(
+                [
+                    f"`{name}`",
+                    _fmt(full["call_us_per_tx"] * tx),
+                    _fmt(full["ceiling_us_per_tx"] * tx),
+                    f"**{full['share']:.2f}**",
+                    _fmt(off["call_us_per_tx"] * tx),
+                    _fmt(off["ceiling_us_per_tx"] * tx),
+                ]
+            )
+    header = ["call", "µs per call", "its ceiling, µs", "share of the ceiling"]
+    header += ["µs with synchronous=OFF (not durable)", "its ceiling, µs"]
     return _table(header, rows)
 
 
@@ -263,11 +287,9 @@ def _throughput(results: dict[str, Any]) -> list[str]:
             "",
             *_para(
                 f"One job at a time every call is a commit: {_fmt(single['cycle']['per_s'])}",
-                "claim+finish cycles a second, a share of",
-                f"{_fmt(_ratio(results, 'single', 'cycle'), 2)} of the limit's transactions (a",
-                "call changes more pages than the limit's one row: its indexes, the contract's",
-                f"`AUTOINCREMENT`). A batch of {batch['size']} is one commit for all its jobs:",
-                f"{_fmt(batch['cycle']['per_s'])} jobs a second, {gain:.1f}x the single cycle.",
+                f"claim+finish cycles a second. A batch of {batch['size']} is one commit for all",
+                f"its jobs: {_fmt(batch['cycle']['per_s'])} jobs a second, {gain:.1f}x the single",
+                "cycle.",
             ),
         ]
     return lines
@@ -303,8 +325,8 @@ def _peers(results: dict[str, Any]) -> list[str]:
         lines += [
             "",
             *_para(
-                "None of the peers has a lease with an expiry and a fencing token, which turn",
-                "away a stale worker. One job at a time lease-queue is the slowest",
+                "None of the peers has a lease with an expiry and a fencing token. One job at a",
+                "time lease-queue is the slowest",
                 f"({_fmt(_per_s(results, 'worker', 'single', 'cycle'))} take+ack jobs/s",
                 f"against {_fmt(slowest)} to {_fmt(_per_s(results, 'peers', best, 'cycle'))}),",
                 f"paying {commit_syncs} syncs per commit where the WAL peers pay one or none;",
@@ -359,29 +381,74 @@ def _latency(results: dict[str, Any]) -> list[str]:
     return [*lines, "", *_para(*prose)] if prose else lines
 
 
+_LAYER_NAMES = {
+    "run_once": "`run_once` on one connection, a send that returns at once",
+    "run_file": "`run_file`: the file opened for each round",
+    "HTTP": "+ HTTP: a server that answers 200 at once",
+    "receiver": "+ the receiver: its inbox commit before the answer",
+    "runner": "`courier run`'s loop (`run_courier`) around it",
+}
+
+
+_LAYER_COSTS = {
+    "run_file": "reopening the file",
+    "HTTP": "the HTTP request",
+    "receiver": "the receiver's commit",
+    "runner": "the runner's loop",
+}
+
+
 def _couriers(results: dict[str, Any]) -> list[str]:
     section = results.get("couriers", {})
-    entries = section.get("results", [])
-    if not entries:
-        return ["## Several couriers on one file", "", "Not measured."]
-    rows = [
+    layers, entries = section.get("layers", {}), section.get("results", [])
+    if not layers or not entries:
+        return ["## Couriers end to end", "", "Not measured."]
+    rows: list[list[str]] = []
+    costs: dict[str, float] = {}
+    previous = None
+    base = float(layers["run_once"]["per_s"])
+    for name, label in _LAYER_NAMES.items():
+        rate = float(layers[name]["per_s"])
+        if previous is not None:
+            costs[name] = 1e3 / rate - 1e3 / previous
+        added = _fmt(costs[name], 2) if name in costs else "-"
+        rows.append([label, _fmt(rate), f"{rate / base:.2f}", _fmt(1e3 / rate, 2), added])
+        previous = rate
+    header = ["one courier's round", "deliveries/s", "of `run_once`", "ms each", "ms added"]
+    fleet = [
         [
             str(entry["processes"]),
-            _fmt(entry["cycles_per_s"]),
-            f"{entry['per_process_min']:,} - {entry['per_process_max']:,}",
-            str(entry["locked"]),
+            _fmt(entry["per_s"]),
+            f"{entry['smallest_share']:.2f} - {entry['largest_share']:.2f}",
+            str(entry["lock_timeouts"]),
+            str(entry["stale"]),
         ]
         for entry in entries
     ]
-    header = ["processes", "claim+finish cycles/s, all", "cycles per process", "lock timeouts"]
-    table = _table(header, rows)
+    fleet_header = ["couriers", "deliveries/s, all", "each courier's share of the mean"]
+    fleet_header += ["lock timeouts", "stale finishes"]
+    runner = float(layers["runner"]["per_s"])
+    largest = max(costs, key=lambda name: costs[name])
+    smallest_share = min(entry["smallest_share"] for entry in entries if entry["processes"] > 1)
     return [
-        *_section("Several couriers on one file", table, seconds=section["seconds"]),
+        *_section(
+            "Couriers end to end",
+            _table(header, rows),
+            layer_seconds=section["layer_seconds"],
+        ),
         "",
         *_para(
-            "SQLite lets one writer in at a time, so N couriers together run at about the",
-            "rate of one, and the wait is not fair. A lock timeout (`database is locked`) is",
-            "survived by backing off, as `courier run` does; a batch takes the lock once.",
+            f"One courier delivers {runner / base:.2f} of the `run_once` rate; the largest",
+            f"step is {_LAYER_COSTS[largest]} ({costs[largest]:.2f} ms a delivery). N `courier",
+            f"run` processes against one receiver for {section['seconds']} s, on one file:",
+        ),
+        "",
+        *_table(fleet_header, fleet),
+        "",
+        *_para(
+            "SQLite lets one writer in at a time, so N couriers together deliver at about the",
+            "rate of one; the runner backs off after a lock timeout (`database is locked` after",
+            f"the 1 s busy timeout). Every courier got at least {smallest_share:.2f} of the mean.",
         ),
     ]
 
@@ -436,25 +503,17 @@ def _method(results: dict[str, Any]) -> list[str]:
             f"{settings.get('batches', '?')} batches per phase, every result checked, on",
             "virtual time (`now_ms` is a parameter); the limit, `worker.py` and the peers run",
             f"in {settings.get('rounds', '?')} interleaved rounds, each figure its median",
-            "round, and a share of the limit is the median over the rounds of a round's rate",
-            "over the limit measured seconds before it. Latency:",
-            f"{settings.get('warmup', '?')} untimed and",
-            f"{settings.get('cycles', '?')} timed cycles per file, interleaved across the",
-            "files, which are filled with direct SQL (`bench/rows.py`) and reopened with",
-            "`open_queue`. Syncs are counted with `strace` around each call. Never run it on",
-            "tmpfs (`/dev/shm`): an fsync there costs nothing. Each module of",
-            "[`bench/`](../bench/) says how it measures.",
+            "round, each share of the limit the median of the rounds' ratios. Latency:",
+            f"{settings.get('warmup', '?')} untimed and {settings.get('cycles', '?')} timed",
+            "cycles per file, filled with direct SQL (`bench/rows.py`). Syncs are counted with",
+            "`strace`. Never run it on tmpfs (`/dev/shm`): an fsync there is free. Each module",
+            "of [`bench/`](../bench/) says how it measures.",
         ),
         "",
-        "```sh",
-        "make bench                              # run it all: this page, its JSON and chart",
-        ".venv/bin/python -m bench.perf --quick  # every section at tiny sizes (seconds)",
-        ".venv/bin/python -m bench.perf --render docs/performance.json --page docs/performance.md",
-        "```",
-        "",
         *_para(
-            "This page is generated from its record: do not edit it by hand. The investigation",
-            f"behind it is a dated note, [`{NOTEBOOK}`]({NOTEBOOK}).",
+            "`make bench` writes this page, its JSON and chart; `python -m bench.perf --render",
+            "docs/performance.json --page docs/performance.md` renders it again: never edit it by",
+            f"hand. The investigation: [notebook]({NOTEBOOK}), [ceilings and couriers]({NOTE}).",
         ),
     ]
 

@@ -29,6 +29,7 @@ import sqlite3
 __all__ = [
     "DUE_ROWS",
     "SHAPES",
+    "fill_dead",
     "fill_pending",
     "fill_shape",
     "status_counts",
@@ -48,6 +49,11 @@ _FILL_PENDING = f"""{_COUNTER}
 {_COLUMNS}
 SELECT :prefix || printf('%08d', i), 1 + i % 1000, 'pending', 0, 3, 0,
   :available_at, :deadline, NULL, NULL, NULL FROM c"""
+
+_FILL_DEAD = f"""{_COUNTER}
+{_COLUMNS}
+SELECT :prefix || printf('%08d', i), 1 + i % 1000, 'dead', 3, 3, 3,
+  :available_at, :deadline, NULL, NULL, 'exhausted' FROM c"""
 
 # i is the 1-based position; rows i > :older are the due jobs at the end of the queue.
 _FILL_HISTORY = f"""{_COUNTER}
@@ -82,6 +88,19 @@ def fill_pending(
                 "available_at": now_ms - DUE_SINCE_MS,
                 "deadline": now_ms - DUE_SINCE_MS + ttl_ms,
             },
+        )
+
+
+def fill_dead(con: sqlite3.Connection, n: int, now_ms: int, prefix: str = "dead-") -> None:
+    """Insert ``n`` jobs that spent their budget of 3 (``dead``/``exhausted``, token 3) in
+    one transaction, ids ``prefix00000001``...: each can be redriven."""
+    if n <= 0:
+        return
+    with con:
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(
+            _FILL_DEAD,
+            {"n": n, "prefix": prefix, "available_at": now_ms - 2_000, "deadline": now_ms},
         )
 
 

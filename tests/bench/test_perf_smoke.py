@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 import worker
-from bench import latency, peers, report, rows, slowpaths, syncs
+from bench import ceiling, delivery, latency, peers, report, rows, slowpaths, syncs
 from bench.measure import T0_MS, percentile, run_counted
 from bench.perf import QUICK_ROWS, SECTIONS
 from courier.procs import project_root
 
-RUN_TIMEOUT_S = 25.0
+RUN_TIMEOUT_S = 60.0  # a bound, not a figure (a quick run took 38 s at load 7)
 PHASES = ("enqueue", "claim", "finish", "cycle")
 DOCS = project_root() / "docs"
 PAGE_LINES = 150
@@ -144,14 +144,43 @@ def test_slowpaths_alone_prints_each_case_side_by_side(
     assert list(tmp_path.iterdir()) == [], "the files are removed"
 
 
-def test_couriers_report_cycles_and_lock_counts(quick_run: tuple[dict[str, Any], Path]) -> None:
+def test_couriers_report_each_layer_and_each_fleet(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
     section = quick_run[0]["couriers"]
+    assert list(section["layers"]) == list(delivery.LAYERS)
+    for figure in section["layers"].values():
+        assert figure["deliveries"] > 0 and figure["per_s"] > 0
     assert [entry["processes"] for entry in section["results"]] == [1, 2]
     for entry in section["results"]:
         assert entry["reported"] == entry["processes"]
-        assert entry["cycles"] > 0
-        assert entry["locked"] >= 0 and entry["stale"] >= 0
+        assert entry["deliveries"] == sum(entry["per_courier"]) > 0
+        assert entry["lock_timeouts"] >= 0 and entry["stale"] >= 0
+        assert entry["effects"] >= entry["deliveries"], "a delivery without its effect"
         assert entry["errors"] == []
+
+
+def test_every_single_call_is_timed_beside_its_ceiling(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
+    section = quick_run[0]["ceiling"]
+    for mode in ("synced", "without_sync"):
+        assert section[mode]["same_rows"] is True, mode
+        for call in ceiling.CALLS:
+            figure = section[mode][call]
+            assert figure["count"] > 0 and figure["share"] > 0, (mode, call)
+
+
+def test_the_ceiling_writes_exactly_the_rows_of_the_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert ceiling.measure(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is True
+    for name in tmp_path.iterdir():
+        name.unlink()
+    # A ceiling that settles its jobs one millisecond late writes other rows: noticed.
+    late = ceiling._SETTLE_DONE.replace("available_at = ?", "available_at = ? + 1")
+    monkeypatch.setattr(ceiling, "_SETTLE_DONE", late)
+    assert ceiling.measure(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is False
 
 
 def test_syncs_are_counted_or_skipped(quick_run: tuple[dict[str, Any], Path]) -> None:
@@ -175,7 +204,7 @@ def test_the_run_writes_its_page(quick_run: tuple[dict[str, Any], Path]) -> None
     results, folder = quick_run
     page = (folder / "perf.md").read_text(encoding="utf-8")
     assert page == report.render(results)
-    for heading in ("settings", "Throughput", "peers", "Latency", "couriers", "Slow states"):
+    for heading in ("settings", "Throughput", "peers", "Latency", "Couriers", "Slow states"):
         assert heading in page
 
 
