@@ -36,7 +36,7 @@ fuzz: $(STAMP)
 	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel or parallel-postgres"; exit 2; }
 	$(PY) -m $(FUZZ_MODULE_$(MODE)) --minutes $(MINUTES)
 
-## bench: the performance benchmark (about 3 min; never on tmpfs), see docs/performance.md
+## bench: the performance benchmark (about 6 min; never on tmpfs), see docs/performance.md
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
