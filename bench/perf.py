@@ -1,6 +1,6 @@
 """The performance benchmark: worker.py against the disk's limit and against its peers.
 
-    python -m bench.perf                                   # the full run (about 3 minutes)
+    python -m bench.perf                                   # the full run (about 6 minutes)
     python -m bench.perf --quick                           # a smoke run (seconds)
     python -m bench.perf --json docs/performance.json --chart docs/performance.png \
         --page docs/performance.md                         # what make bench runs
