@@ -143,7 +143,9 @@ class QueueSpec:
             now_ms = claim_time(observed)
             if now_ms is None:
                 return set()
-            return locked_by_claim(queue, now_ms, kwargs.get("limit", 1), tickets_seen(observed))
+            limit = kwargs.get("limit", 1)
+            reach = limit + sum(rows_held(other) for other in self.overlapping.get(op.id, ()))
+            return locked_by_claim(queue, now_ms, limit, reach, tickets_seen(observed))
         return set()
 
     def step_holding(self, state: State, op: Operation, held: frozenset[str]) -> State | None:
@@ -281,13 +283,38 @@ def searches(queue: model.QueueModel, now_ms: int) -> dict[str, list[str]]:
     return found
 
 
+def rows_held(op: Operation) -> int:
+    """How many rows of one search ``op`` may hold at once: a claim that leased or never
+    returned ``limit`` (one that returned nothing found nothing to lock), a finish one per
+    ticket, a redrive one; so many rows another claim may have had to pass over."""
+    observed: Observed = op.call
+    kwargs = observed.kwargs
+    if observed.verb in CLAIMS or observed.part == "claim":
+        if observed.output is not None and not tickets_seen(observed):
+            return 0  # it returned having found nothing to lock, or was malformed
+        limit = kwargs.get("limit", 1)
+        return limit if type(limit) is int and limit > 0 else 0
+    if observed.verb in ("finish", "redrive") or observed.part == "finish":
+        return 1
+    if observed.verb == "finish_many":
+        results = kwargs.get("results")
+        return len(results) if isinstance(results, list) else 0
+    return 0
+
+
 def locked_by_claim(
-    queue: model.QueueModel, now_ms: int, limit: int, tickets: dict[str, dict[str, Any]]
+    queue: model.QueueModel,
+    now_ms: int,
+    limit: int,
+    reach: int,
+    tickets: dict[str, dict[str, Any]],
 ) -> set[str]:
     """The jobs another claim at ``now_ms`` may have locked, seen from ``queue``: what it
-    quarantines, what it leased (``tickets``: id -> the ticket's fields seen) and the first
-    ``limit`` claimable jobs of each search. Once its leases are in ``queue`` they are no
-    longer claimable there, so a fresh job it leased takes a place of the fresh search."""
+    quarantines, what it leased (``tickets``: id -> the ticket's fields seen) and, in each
+    search, ``limit`` claimable jobs among the first ``reach``: it locks the first
+    ``limit`` it does not pass over, and the calls overlapping it may hold up to
+    ``reach - limit`` of each search. Once its leases are in ``queue`` they are no longer
+    claimable there, so a fresh job it leased takes a place of the fresh search."""
     rows = {row[1]: row for row in queue.rows()["jobs"]}
     fresh_taken = 0
     for job_id, seen in tickets.items():
@@ -297,7 +324,7 @@ def locked_by_claim(
             fresh_taken += seen.get("attempt") == 1
     locked = set(queue.quarantinable(now_ms)) | set(tickets)
     for search, found in searches(queue, now_ms).items():
-        places = limit - fresh_taken if search == "fresh" else limit
+        places = reach - fresh_taken if search == "fresh" else reach
         locked.update(found[: max(places, 0)])
     return locked
 
