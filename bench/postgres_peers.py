@@ -36,7 +36,8 @@ The contestants, each used as its documentation shows:
   and no lease runs out, as none would on the real clock at these speeds; the
   statements and the rows they touch are the same.
 - **pgworker, batches of 64**: the same with ``claim_many(..., 64)`` and
-  ``finish_many``.
+  ``finish_many``; and **batches of 10**, pgqueuer's own batch per dequeue, the
+  like-for-like row beside it.
 - **procrastinate**: ``App(connector=PsycopgConnector(conninfo=...))``, one
   task, ``App.run_worker_async(wait=False)`` with its defaults (concurrency 1,
   LISTEN/NOTIFY on): one job per fetch, one ``procrastinate_finish_job`` per job.
@@ -59,6 +60,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -84,6 +86,7 @@ JOBS = 8_000
 PROCESSES = (1, 4, 16)
 QUICK_JOBS, QUICK_PROCESSES = 100, (1, 2)
 BATCH = 64
+PEER_BATCH = 10  # pgqueuer's default batch per dequeue: the like-for-like row
 ENQUEUE_CHUNK = 1_000
 T0_MS = 1_700_000_000_000  # pgworker's time base: every call of a cell at one virtual time
 LEASE_MS = 30_000
@@ -156,13 +159,13 @@ def _pgworker_singles(conninfo: str, owner: str, started: Started) -> int:
     return done
 
 
-def _pgworker_batches(conninfo: str, owner: str, started: Started) -> int:
+def _pgworker_batches(conninfo: str, owner: str, started: Started, batch: int = BATCH) -> int:
     con = pgworker.open_queue(conninfo)
     done = 0
     try:
         if not started():
             return done
-        while tickets := pgworker.claim_many(con, owner, T0_MS + 1, BATCH, LEASE_MS):
+        while tickets := pgworker.claim_many(con, owner, T0_MS + 1, batch, LEASE_MS):
             results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]
             statuses = pgworker.finish_many(con, results, T0_MS + 2)
             if statuses != ["done"] * len(tickets):
@@ -316,6 +319,15 @@ CONTESTANTS: dict[str, Contestant] = {
             _pgworker_install,
             _pgworker_enqueue,
             _pgworker_batches,
+            "SELECT count(*) FROM jobs WHERE status = 'done'",
+        ),
+        Contestant(
+            f"pgworker-{PEER_BATCH}",
+            f"`claim_many` + `finish_many` of {PEER_BATCH} (pgqueuer's batch), fenced",
+            ("psycopg",),
+            _pgworker_install,
+            _pgworker_enqueue,
+            functools.partial(_pgworker_batches, batch=PEER_BATCH),
             "SELECT count(*) FROM jobs WHERE status = 'done'",
         ),
         Contestant(
@@ -549,7 +561,7 @@ def run(
 def _verdicts(record: dict[str, Any]) -> list[str]:
     """For each K, whether each pgworker row is ahead of every peer that ran."""
     rows = {c["name"]: c for c in record["contestants"] if c.get("cells")}
-    ours = [rows[name] for name in ("pgworker", "pgworker-64") if name in rows]
+    ours = [row for name, row in rows.items() if name.startswith("pgworker")]
     peers = [row for name, row in rows.items() if not name.startswith("pgworker")]
     if not ours or not peers:
         return ["No peer ran beside pgworker: nothing to compare."]
