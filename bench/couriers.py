@@ -18,7 +18,6 @@ between claim and finish: this measures the queue alone, at its most contended.
 from __future__ import annotations
 
 import multiprocessing
-import queue
 import sqlite3
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import worker
+from bench.measure import collect
 from bench.rows import fill_pending
 from courier.runner import clock_ms, is_busy
 
@@ -91,20 +91,6 @@ def courier(path: str, owner: str, seconds: float, go: Any, results: Any) -> Non
     results.put(("result", {**counts, "seconds": time.monotonic() - start}))
 
 
-def _collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
-    """Read ``n`` messages of ``kind`` from the children, waiting at most ``timeout``."""
-    got: list[Any] = []
-    until = time.monotonic() + timeout
-    while len(got) < n:
-        try:
-            what, value = results.get(timeout=max(0.01, until - time.monotonic()))
-        except queue.Empty:
-            break
-        if what == kind:
-            got.append(value)
-    return got
-
-
 def process_reports(
     target: Callable[..., None], args: Callable[[str], tuple[Any, ...]], n: int, seconds: float
 ) -> list[dict[str, Any]]:
@@ -122,9 +108,9 @@ def process_reports(
     try:
         for child in children:
             child.start()
-        _collect(results, "ready", n, READY_TIMEOUT_S)
+        collect(results, "ready", n, READY_TIMEOUT_S)
         go.set()
-        return _collect(results, "result", n, seconds + RESULT_GRACE_S)
+        return collect(results, "result", n, seconds + RESULT_GRACE_S)
     finally:
         for child in children:
             child.join(timeout=5)

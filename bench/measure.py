@@ -1,4 +1,6 @@
-"""Shared pieces of the performance benchmark: timing, percentiles, pragmas, the time base.
+"""Shared pieces of the performance benchmark: timing, percentiles, pragmas, the time base,
+the children's messages, the generated sections of a page and the record options of a
+bench's command line.
 
 Every throughput figure of ``bench.perf`` is "operations over a fixed count, timed with
 ``time.perf_counter``", bounded in time as well: ``run_counted`` stops early when a
@@ -8,21 +10,36 @@ is then computed from the operations really done.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import os
+import platform
+import queue
+import shutil
 import sqlite3
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "T0_MS",
     "Timed",
+    "add_record_options",
+    "collect",
+    "log_to_stderr",
     "median_of_rounds",
     "percentile",
     "pragmas",
+    "record_or_render",
     "run_counted",
+    "run_meta",
     "synchronous_name",
+    "write_between_markers",
 ]
 
 # The virtual time base of every single-process measurement: worker.py never reads a
@@ -106,3 +123,89 @@ def pragmas(con: sqlite3.Connection) -> tuple[str, str]:
     journal = con.execute("PRAGMA journal_mode").fetchone()[0]
     sync = con.execute("PRAGMA synchronous").fetchone()[0]
     return str(journal).upper(), synchronous_name(sync)
+
+
+def collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
+    """Read ``n`` messages ``(kind, value)`` from the children's queue, waiting at most ``timeout``.
+
+    Returns the values of the messages of ``kind`` in the order they came; fewer
+    than ``n`` when the time ran out first. Messages of another kind are dropped.
+    """
+    got: list[Any] = []
+    until = time.monotonic() + timeout
+    while len(got) < n:
+        try:
+            what, value = results.get(timeout=max(0.01, until - time.monotonic()))
+        except queue.Empty:
+            break
+        if what == kind:
+            got.append(value)
+    return got
+
+
+def write_between_markers(doc: Path, begin: str, end: str, body: str) -> None:
+    """Replace what stands between the lines ``begin`` and ``end`` of ``doc`` with ``body``.
+
+    Raises:
+        ValueError: ``doc`` lacks ``begin`` or, after it, ``end``.
+    """
+    text = doc.read_text(encoding="utf-8")
+    head, found, rest = text.partition(begin)
+    _, ended, tail = rest.partition(end)
+    if not (found and ended):
+        raise ValueError(f"{doc} has no {begin!r} ... {end!r} section")
+    doc.write_text(f"{head}{begin}\n{body}{end}{tail}", encoding="utf-8")
+
+
+def add_record_options(parser: argparse.ArgumentParser, doc_help: str) -> None:
+    """Add the options of every recorded bench: ``--dir``, ``--json``, ``--doc``, ``--render``."""
+    parser.add_argument(
+        "--dir", type=Path, help="a folder on a real disk (default: a temporary one)"
+    )
+    parser.add_argument("--json", type=Path, help="write the record here")
+    parser.add_argument("--doc", type=Path, help=doc_help)
+    parser.add_argument("--render", type=Path, help="render a recorded JSON, measure nothing")
+
+
+def record_or_render(
+    args: argparse.Namespace,
+    prefix: str,
+    measure: Callable[[Path], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    markers: tuple[str, str],
+) -> dict[str, Any]:
+    """Read the record of ``--render``, or measure one in ``--dir`` (or a temporary folder).
+
+    ``measure(work)`` runs in the subfolder ``work``, removed afterwards (the temporary
+    folder, named with ``prefix``, too); a measured record is written to ``--json``
+    when given. The record is then rendered between ``markers`` of ``--doc`` when
+    given, and printed. Returns the record.
+    """
+    if args.render is not None:
+        record: dict[str, Any] = json.loads(args.render.read_text(encoding="utf-8"))
+    else:
+        folder = args.dir or Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+        if str(folder.resolve()).startswith("/dev/shm"):
+            print("warning: tmpfs makes every fsync free; these figures say nothing of durability")
+        try:
+            record = measure(folder / "work")
+        finally:
+            shutil.rmtree(folder / "work", ignore_errors=True)
+            if args.dir is None:
+                shutil.rmtree(folder, ignore_errors=True)
+        if args.json is not None:
+            args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    if args.doc is not None:
+        write_between_markers(args.doc, *markers, render(record))
+    print(render(record), end="")
+    return record
+
+
+def log_to_stderr(line: str) -> None:
+    """Print one progress line on standard error (standard output carries the tables)."""
+    print(line, file=sys.stderr)
+
+
+def run_meta(quick: bool) -> dict[str, Any]:
+    """What a record's ``meta`` starts with: the Python version, the CPUs, quick sizes or not."""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "quick": quick}

@@ -38,13 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing
 import os
-import platform
-import queue
-import shutil
-import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -53,7 +47,14 @@ from typing import Any
 
 import pgworker
 import worker
-from bench.couriers import run_couriers
+from bench.couriers import process_reports, run_couriers
+from bench.measure import (
+    add_record_options,
+    log_to_stderr,
+    record_or_render,
+    run_meta,
+    write_between_markers,
+)
 
 __all__ = ["main", "render", "run"]
 
@@ -67,7 +68,6 @@ T0_MS = 1_000_000
 TTL_MS = 60_000
 LEASE_MS = 30_000
 READY_TIMEOUT_S = 60.0
-RESULT_GRACE_S = 30.0
 JOBS_PER_SECOND_CEILING = 8_000  # prefill: more than N couriers can take in the window
 GOAL_RATIO = 3.0
 GOAL_SPREAD = (0.5, 2.0)
@@ -240,19 +240,6 @@ def pg_courier(conninfo: str, owner: str, seconds: float, go: Any, results: Any)
     results.put(("result", {**counts, "seconds": time.monotonic() - start}))
 
 
-def _collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
-    got: list[Any] = []
-    until = time.monotonic() + timeout
-    while len(got) < n:
-        try:
-            what, value = results.get(timeout=max(0.01, until - time.monotonic()))
-        except queue.Empty:
-            break
-        if what == kind:
-            got.append(value)
-    return got
-
-
 def run_pg_couriers(conninfo: str, processes: int, seconds: float) -> dict[str, Any]:
     """``processes`` couriers on the database of ``conninfo`` for ``seconds``; the totals."""
     con = pgworker.open_queue(conninfo)
@@ -265,27 +252,9 @@ def run_pg_couriers(conninfo: str, processes: int, seconds: float) -> dict[str, 
         con.execute("VACUUM ANALYZE jobs")
     finally:
         con.close()
-    context = multiprocessing.get_context("spawn")
-    go = context.Event()
-    results = context.Queue()
-    children = [
-        context.Process(
-            target=pg_courier, args=(conninfo, f"courier-{k}", seconds, go, results), daemon=True
-        )
-        for k in range(processes)
-    ]
-    try:
-        for child in children:
-            child.start()
-        _collect(results, "ready", processes, READY_TIMEOUT_S)
-        go.set()
-        reports = _collect(results, "result", processes, seconds + RESULT_GRACE_S)
-    finally:
-        for child in children:
-            child.join(timeout=5)
-            if child.is_alive():
-                child.kill()
-                child.join()
+    reports = process_reports(
+        pg_courier, lambda owner: (conninfo, owner, seconds), processes, seconds
+    )
     return totals(processes, seconds, reports)
 
 
@@ -330,9 +299,7 @@ def run(folder: Path, *, quick: bool = False, log: Callable[[str], None] = print
     folder.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "meta": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "quick": quick,
+            **run_meta(quick),
             "calls": calls,
             "batch": BATCH,
             "batches": batches,
@@ -490,45 +457,23 @@ def _spread(row: dict[str, Any]) -> str:
 
 def render_into(doc: Path, record: dict[str, Any]) -> None:
     """Replace what stands between the markers of ``doc`` with ``render(record)``."""
-    text = doc.read_text(encoding="utf-8")
-    head, found, rest = text.partition(BEGIN_MARK)
-    _, ended, tail = rest.partition(END_MARK)
-    if not (found and ended):
-        raise ValueError(f"{doc} has no {BEGIN_MARK!r} ... {END_MARK!r} section")
-    doc.write_text(f"{head}{BEGIN_MARK}\n{render(record)}{END_MARK}{tail}", encoding="utf-8")
+    write_between_markers(doc, BEGIN_MARK, END_MARK, render(record))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
-    parser.add_argument(
-        "--dir", type=Path, help="a folder on a real disk (default: a temporary one)"
-    )
-    parser.add_argument("--json", type=Path, help="write the record here")
-    parser.add_argument("--doc", type=Path, help="render the tables into this page's markers")
-    parser.add_argument("--render", type=Path, help="render a recorded JSON, measure nothing")
+    add_record_options(parser, "render the tables into this page's markers")
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes (seconds), for the smoke test"
     )
     args = parser.parse_args(argv)
-    if args.render is not None:
-        record = json.loads(args.render.read_text(encoding="utf-8"))
-    else:
-        folder = args.dir or Path(tempfile.mkdtemp(prefix="bench-postgres-", dir="/var/tmp"))
-        if str(folder.resolve()).startswith("/dev/shm"):
-            print("warning: tmpfs makes every fsync free; these figures say nothing of durability")
-        try:
-            record = run(
-                folder / "work", quick=args.quick, log=lambda line: print(line, file=sys.stderr)
-            )
-        finally:
-            shutil.rmtree(folder / "work", ignore_errors=True)
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-        if args.json is not None:
-            args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    if args.doc is not None:
-        render_into(args.doc, record)
-    print(render(record), end="")
+    record = record_or_render(
+        args,
+        "bench-postgres-",
+        lambda work: run(work, quick=args.quick, log=log_to_stderr),
+        render,
+        (BEGIN_MARK, END_MARK),
+    )
     if args.json is None and args.render is None:
         print(json.dumps(record))
     return 0

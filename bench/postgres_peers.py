@@ -63,14 +63,9 @@ import contextlib
 import functools
 import importlib
 import importlib.metadata
-import json
 import logging
 import multiprocessing
 import os
-import platform
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -78,7 +73,15 @@ from pathlib import Path
 from typing import Any
 
 import pgworker
-from bench.postgres import Databases, _collect, _server, postgres_durability
+from bench.measure import (
+    add_record_options,
+    collect,
+    log_to_stderr,
+    record_or_render,
+    run_meta,
+    write_between_markers,
+)
+from bench.postgres import Databases, _server, postgres_durability
 
 __all__ = ["CONTESTANTS", "Contestant", "main", "render", "render_into", "run"]
 
@@ -439,7 +442,7 @@ def run_cell(
             began = time.perf_counter()
             for child in children:
                 child.start()
-            ready = _collect(reports, "ready", processes, READY_TIMEOUT_S)
+            ready = collect(reports, "ready", processes, READY_TIMEOUT_S)
             cell["startup_s"] = round(time.perf_counter() - began, 3)
             go.set()
             began = time.perf_counter()
@@ -455,7 +458,7 @@ def run_cell(
                     break
                 time.sleep(_pause(done, jobs, time.perf_counter() - began))
             seconds = time.perf_counter() - began
-            got = _collect(reports, "report", processes, REPORT_GRACE_S)
+            got = collect(reports, "report", processes, REPORT_GRACE_S)
         finally:
             go.set()
             for child in children:
@@ -515,9 +518,7 @@ def run(
     folder.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "meta": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "quick": quick,
+            **run_meta(quick),
             "jobs": jobs,
             "processes": list(processes),
             "poll_s": POLL_S,
@@ -649,22 +650,12 @@ def render(record: dict[str, Any]) -> str:
 
 def render_into(doc: Path, record: dict[str, Any]) -> None:
     """Replace what stands between this bench's markers in ``doc`` with ``render(record)``."""
-    text = doc.read_text(encoding="utf-8")
-    head, found, rest = text.partition(BEGIN_MARK)
-    _, ended, tail = rest.partition(END_MARK)
-    if not (found and ended):
-        raise ValueError(f"{doc} has no {BEGIN_MARK!r} ... {END_MARK!r} section")
-    doc.write_text(f"{head}{BEGIN_MARK}\n{render(record)}{END_MARK}{tail}", encoding="utf-8")
+    write_between_markers(doc, BEGIN_MARK, END_MARK, render(record))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres_peers", description=__doc__)
-    parser.add_argument(
-        "--dir", type=Path, help="a folder on a real disk (default: a temporary one)"
-    )
-    parser.add_argument("--json", type=Path, help="write the record here")
-    parser.add_argument("--doc", type=Path, help="render the table into this page's markers")
-    parser.add_argument("--render", type=Path, help="render a recorded JSON, measure nothing")
+    add_record_options(parser, "render the table into this page's markers")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     parser.add_argument("--jobs", type=int, help=f"jobs per cell (default {JOBS:,})")
     parser.add_argument(
@@ -674,30 +665,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run only this contestant (repeatable; default: all)",
     )
     args = parser.parse_args(argv)
-    if args.render is not None:
-        record = json.loads(args.render.read_text(encoding="utf-8"))
-    else:
-        folder = args.dir or Path(tempfile.mkdtemp(prefix="bench-postgres-peers-", dir="/var/tmp"))
-        if str(folder.resolve()).startswith("/dev/shm"):
-            print("warning: tmpfs makes every fsync free; these figures say nothing of durability")
-        names = args.only or list(CONTESTANTS)
-        try:
-            record = run(
-                folder / "work",
-                names,
-                quick=args.quick,
-                jobs=args.jobs,
-                log=lambda line: print(line, file=sys.stderr),
-            )
-        finally:
-            shutil.rmtree(folder / "work", ignore_errors=True)
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-        if args.json is not None:
-            args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    if args.doc is not None:
-        render_into(args.doc, record)
-    print(render(record), end="")
+    names = args.only or list(CONTESTANTS)
+    record_or_render(
+        args,
+        "bench-postgres-peers-",
+        lambda work: run(work, names, quick=args.quick, jobs=args.jobs, log=log_to_stderr),
+        render,
+        (BEGIN_MARK, END_MARK),
+    )
     return 0
 
 

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +20,8 @@ import pytest
 
 from bench import postgres_peers
 from courier.procs import project_root
+from tests.bench.quick import quick_record, render_into_keeps_the_rest
 
-RUN_TIMEOUT_S = 120.0
 DOCS = project_root() / "docs"
 OURS = ("pgworker", "pgworker-64")
 
@@ -34,27 +30,9 @@ OURS = ("pgworker", "pgworker-64")
 def quick_run() -> Iterator[tuple[dict[str, Any], str]]:
     """One ``python -m bench.postgres_peers --quick`` run of pgworker's rows in a child.
 
-    Its folder is under /var/tmp, as bench.postgres's smoke test explains: the server
-    runs as a user of its own when we are root, and pytest re-privatises its tmp_path.
+    Its folder is under /var/tmp, as ``tests.bench.quick`` explains.
     """
-    folder = Path(tempfile.mkdtemp(prefix="bench-postgres-peers-smoke-", dir="/var/tmp"))
-    try:
-        out = folder / "peers.json"
-        argv = [sys.executable, "-m", "bench.postgres_peers", "--quick", "--dir", str(folder)]
-        for name in OURS:
-            argv += ["--only", name]
-        done = subprocess.run(
-            [*argv, "--json", str(out)],
-            cwd=project_root(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        yield json.loads(out.read_text(encoding="utf-8")), done.stdout
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    yield from quick_record("bench.postgres_peers", *(f"--only={name}" for name in OURS))
 
 
 def test_every_cell_counts_each_job_once_under_durable_settings(
@@ -120,15 +98,7 @@ def test_render_into_replaces_only_what_stands_between_the_markers(
     quick_run: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
     record, _ = quick_run
-    begin, end = postgres_peers.BEGIN_MARK, postgres_peers.END_MARK
-    page = tmp_path / "page.md"
-    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
-    postgres_peers.render_into(page, record)
-    assert page.read_text() == f"before\n{begin}\n{postgres_peers.render(record)}{end}\nafter\n"
-    plain = tmp_path / "plain.md"
-    plain.write_text("no markers here\n")
-    with pytest.raises(ValueError, match="section"):
-        postgres_peers.render_into(plain, record)
+    render_into_keeps_the_rest(postgres_peers, record, tmp_path)
 
 
 def test_the_page_is_the_recorded_full_run_of_all_four_rendered() -> None:

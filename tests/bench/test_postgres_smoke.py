@@ -9,10 +9,6 @@ settings, and that the page cannot drift from its record.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,37 +17,16 @@ import pytest
 
 from bench import postgres
 from courier.procs import project_root
+from tests.bench.quick import quick_record, render_into_keeps_the_rest
 
-RUN_TIMEOUT_S = 120.0
 DOCS = project_root() / "docs"
 PHASES = ("enqueue", "claim", "finish", "enqueue_many", "claim_many", "finish_many")
 
 
 @pytest.fixture(scope="module")
 def quick_run() -> Iterator[tuple[dict[str, Any], str]]:
-    """One ``python -m bench.postgres --quick`` run in a child: its JSON and its stdout.
-
-    Its folder is the bench's own kind (under /var/tmp, on a disk), not pytest's
-    tmp_path: as root the server runs as a user of its own, which must reach its data
-    folder, and pytest makes /tmp/pytest-of-<user> private again at the start of every
-    session (so another pytest on the machine would cut the server off mid-run).
-    """
-    folder = Path(tempfile.mkdtemp(prefix="bench-postgres-smoke-", dir="/var/tmp"))
-    try:
-        out = folder / "postgres.json"
-        argv = [sys.executable, "-m", "bench.postgres", "--quick", "--dir", str(folder)]
-        done = subprocess.run(
-            [*argv, "--json", str(out)],
-            cwd=project_root(),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        yield json.loads(out.read_text(encoding="utf-8")), done.stdout
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """One ``python -m bench.postgres --quick`` run in a child: its JSON and its stdout."""
+    yield from quick_record("bench.postgres")
 
 
 def test_both_backends_ran_every_call_under_their_durable_settings(
@@ -95,16 +70,7 @@ def test_render_into_replaces_only_what_stands_between_the_markers(
     quick_run: tuple[dict[str, Any], str], tmp_path: Path
 ) -> None:
     record, _ = quick_run
-    page = tmp_path / "page.md"
-    page.write_text(f"before\n{postgres.BEGIN_MARK}\nold\n{postgres.END_MARK}\nafter\n")
-    postgres.render_into(page, record)
-    assert page.read_text() == (
-        f"before\n{postgres.BEGIN_MARK}\n{postgres.render(record)}{postgres.END_MARK}\nafter\n"
-    )
-    plain = tmp_path / "plain.md"
-    plain.write_text("no markers here\n")
-    with pytest.raises(ValueError, match="section"):
-        postgres.render_into(plain, record)
+    render_into_keeps_the_rest(postgres, record, tmp_path)
 
 
 def test_the_postgres_page_is_its_recorded_run_rendered() -> None:
