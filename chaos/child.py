@@ -37,6 +37,7 @@ __all__ = [
     "DrillHook",
     "EventLog",
     "RecordedRounds",
+    "add_courier_options",
     "chaos_command",
     "courier_main",
     "drill_round",
@@ -160,9 +161,8 @@ class RecordedRounds:
         return result
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m chaos courier")
-    parser.add_argument("queue", type=Path)
+def add_courier_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options every soak courier takes, on SQLite and PostgreSQL; return ``parser``."""
     parser.add_argument("--url", required=True)
     parser.add_argument("--owner", required=True)
     parser.add_argument("--events", type=Path, required=True)
@@ -175,6 +175,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--drill-round", type=int, default=1)
     parser.add_argument("--until-drained", action="store_true")
     return parser
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos courier")
+    parser.add_argument("queue", type=Path)
+    return add_courier_options(parser)
 
 
 def courier_main(argv: Sequence[str]) -> int:

@@ -32,6 +32,8 @@ import subprocess
 from collections.abc import Sequence
 from types import TracebackType
 
+from courier.procs import pid_alive
+
 __all__ = ["Hosts", "remove_leftovers", "unavailable"]
 
 PREFIX = "lqs"
@@ -65,16 +67,6 @@ def unavailable() -> str | None:
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftovers() -> list[str]:
     """Delete the namespaces, links and hub addresses of runs whose process is gone.
 
@@ -83,20 +75,20 @@ def remove_leftovers() -> list[str]:
     removed: list[str] = []
     for name in _ip("netns", "list", check=False).stdout.split():
         match = _NAME.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             _ip("netns", "del", name, check=False)
             removed.append(name)
     for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
         parts = line.split(":", 2)
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
         match = _NAME.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             _ip("link", "del", name, check=False)
             removed.append(name)
     for line in _ip("-o", "-4", "addr", "show", "dev", "lo", check=False).stdout.splitlines():
         fields = line.replace("\\", " ").split()
         labels = [m for m in map(_LABEL.match, fields) if m is not None]
-        if labels and not _alive(int(labels[0].group(1))) and "inet" in fields:
+        if labels and not pid_alive(int(labels[0].group(1))) and "inet" in fields:
             _ip("addr", "del", fields[fields.index("inet") + 1], "dev", "lo", check=False)
             removed.append(labels[0].group(0))
     return removed

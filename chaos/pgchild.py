@@ -35,14 +35,13 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 import pgworker
 import worker
-from chaos.child import DrillHook, EventLog, sender_name
+from chaos.child import DrillHook, EventLog, add_courier_options, sender_name
 from chaos.schedule import parse_drill
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
 from courier.runner import HttpSend, stop_on_signals
@@ -229,18 +228,7 @@ def _drained(link: Link) -> bool:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos pgcourier")
     parser.add_argument("conninfo")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--owner", required=True)
-    parser.add_argument("--events", type=Path, required=True)
-    parser.add_argument("--lease-ms", type=int, default=1000)
-    parser.add_argument("--timeout-ms", type=int, required=True)
-    parser.add_argument("--max-seconds", type=float, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--incarnation", type=int, default=0)
-    parser.add_argument("--drill", help="OPERATION:POINT, e.g. finish:after-commit")
-    parser.add_argument("--drill-round", type=int, default=1)
-    parser.add_argument("--until-drained", action="store_true")
-    return parser
+    return add_courier_options(parser)
 
 
 def pgcourier_main(argv: Sequence[str]) -> int:

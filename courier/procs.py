@@ -17,7 +17,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["Children", "courier_command", "module_command", "project_root", "wait_for_report"]
+__all__ = [
+    "Children",
+    "courier_command",
+    "module_command",
+    "pid_alive",
+    "project_root",
+    "wait_for_report",
+]
 
 POLL_S = 0.01
 
@@ -35,6 +42,17 @@ def module_command(module: str, *args: object) -> list[str]:
 def courier_command(*args: str | Path) -> list[str]:
     """The argv of ``python -m courier ARGS...`` with this interpreter."""
     return module_command("courier", *args)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (``True`` also when it is another user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _child_env() -> dict[str, str]:

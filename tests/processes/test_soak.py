@@ -40,19 +40,27 @@ SOAK_TIMEOUT_S = CHAOS_SECONDS + RECOVERY_SECONDS + 30
 TERM_GRACE_S = 20.0
 
 
-def run_short_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
-    """Run the short soak as a child; return its exit status, report, output and seconds."""
+Soak = tuple[int, dict[str, Any], str, float]  # exit status, report, output, seconds
+
+
+def run_soak(tmp_path: Path, jobs: int, seconds: float, *options: object) -> Soak:
+    """Run ``python -m chaos`` as a child in ``tmp_path`` (``COURIERS`` couriers, ``SEED``).
+
+    ``seconds`` of chaos, then ``RECOVERY_SECONDS`` of recovery; ``options`` go first
+    on its command line. Returns its exit status, report, output and seconds.
+    """
     report_path = tmp_path / "report.json"
     log_path = tmp_path / "soak.log"
     argv = chaos_command(
+        *options,
         "--jobs",
-        JOBS,
+        jobs,
         "--couriers",
         COURIERS,
         "--seed",
         SEED,
         "--seconds",
-        CHAOS_SECONDS,
+        seconds,
         "--recovery-seconds",
         RECOVERY_SECONDS,
         "--workdir",
@@ -71,6 +79,28 @@ def run_short_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
     return code, report, output, elapsed
 
 
+def run_short_soak(tmp_path: Path) -> Soak:
+    """Run the short soak as a child; return its exit status, report, output and seconds."""
+    return run_soak(tmp_path, JOBS, CHAOS_SECONDS)
+
+
+def passed_every_check(soak: Soak, jobs: int) -> dict[str, Any]:
+    """Check that ``soak`` exited 0 with every check held over ``jobs`` jobs; its report.
+
+    Every job was enqueued once and ended done or dead, every done job (and only a
+    dead job listed as having one) has its effect, and every must-be-zero figure is 0.
+    """
+    code, report, output, _ = soak
+    assert code == 0, output
+    assert report["ok"] and report["failures"] == [], output
+    assert set(report["must_be_zero"].values()) == {0}, output
+    files = report["files"]
+    assert report["intake"]["enqueued"] == jobs == files["jobs"]
+    assert files["done"] + sum(files["dead"].values()) == jobs
+    assert files["effects"] == files["done"] + len(files["dead_with_effect"])
+    return report
+
+
 def wait_or_stop(proc: subprocess.Popen[bytes]) -> int:
     """Wait for the soak; past its bound, SIGTERM it (it cleans up its couriers), then kill."""
     try:
@@ -85,27 +115,18 @@ def wait_or_stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.fixture(scope="module")
-def short_soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, float]:
+def short_soak(tmp_path_factory: pytest.TempPathFactory) -> Soak:
     """One short soak for every test of this module (it is the expensive part)."""
     return run_short_soak(tmp_path_factory.mktemp("soak"))
 
 
-def test_the_short_soak_passes_every_check(
-    short_soak: tuple[int, dict[str, Any], str, float],
-) -> None:
-    code, report, output, elapsed = short_soak
-    assert code == 0, output
-    assert report["ok"] and report["failures"] == [], output
-    assert set(report["must_be_zero"].values()) == {0}, output
-    files = report["files"]
-    assert report["intake"]["enqueued"] == JOBS == files["jobs"]
-    assert files["done"] + sum(files["dead"].values()) == JOBS
+def test_the_short_soak_passes_every_check(short_soak: Soak) -> None:
+    files = passed_every_check(short_soak, JOBS)["files"]
     assert files["lost"] == files["unfinished"] == files["missing"] == []
-    assert files["effects"] == files["done"] + len(files["dead_with_effect"])
-    assert elapsed < SOAK_TIMEOUT_S
+    assert short_soak[3] < SOAK_TIMEOUT_S
 
 
-def test_the_chaos_really_happened(short_soak: tuple[int, dict[str, Any], str, float]) -> None:
+def test_the_chaos_really_happened(short_soak: Soak) -> None:
     _, report, output, _ = short_soak
     chaos = report["chaos"]
     assert sum(chaos["kills"].values()) > 0, output
@@ -119,9 +140,7 @@ def test_the_chaos_really_happened(short_soak: tuple[int, dict[str, Any], str, f
     assert report["intake"]["retries"] > 0 and report["intake"]["conflicts"] > 0
 
 
-def test_the_table_names_every_must_be_zero_figure(
-    short_soak: tuple[int, dict[str, Any], str, float],
-) -> None:
+def test_the_table_names_every_must_be_zero_figure(short_soak: Soak) -> None:
     _, report, output, _ = short_soak
     table = soak_report.render_table(report)
     for name in report["must_be_zero"]:

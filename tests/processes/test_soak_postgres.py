@@ -17,12 +17,10 @@ late finish.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,74 +28,40 @@ import pytest
 
 from chaos import cli, hosts, pgserver, schedule
 from chaos import report as soak_report
-from chaos.child import chaos_command
 from chaos.tally import ChaosCounts
-from courier.procs import Children
-from tests.processes.test_soak import observed, record, wait_or_stop
+from tests.processes.test_soak import (
+    COURIERS,
+    RECOVERY_SECONDS,
+    Soak,
+    observed,
+    passed_every_check,
+    record,
+    run_soak,
+)
 
 JOBS = 400
-COURIERS = 4
-SEED = 11
-CHAOS_SECONDS = 30
-RECOVERY_SECONDS = 15
+CHAOS_SECONDS = 30  # couriers, seed and recovery are the SQLite soak's (run_soak)
 SOAK_TIMEOUT_S = CHAOS_SECONDS + RECOVERY_SECONDS + 30
 HOSTS_MISSING = hosts.unavailable()
 
 
-def run_short_pg_soak(tmp_path: Path) -> tuple[int, dict[str, Any], str, float]:
+def run_short_pg_soak(tmp_path: Path) -> Soak:
     """Run the short PostgreSQL soak as a child; its exit status, report, output and seconds."""
-    report_path = tmp_path / "report.json"
-    log_path = tmp_path / "soak.log"
-    argv = chaos_command(
-        "--postgres",
-        "--jobs",
-        JOBS,
-        "--couriers",
-        COURIERS,
-        "--seed",
-        SEED,
-        "--seconds",
-        CHAOS_SECONDS,
-        "--recovery-seconds",
-        RECOVERY_SECONDS,
-        "--jobs-per-s",
-        15,
-        "--chaos-per-s",
-        0.8,
-        "--workdir",
-        tmp_path / "run",
-        "--json",
-        report_path,
-        "--quiet",
+    return run_soak(
+        tmp_path, JOBS, CHAOS_SECONDS, "--postgres", "--jobs-per-s", 15, "--chaos-per-s", 0.8
     )
-    started = time.monotonic()
-    with Children() as children:
-        proc: subprocess.Popen[bytes] = children.start(argv, log_path)
-        code = wait_or_stop(proc)
-    elapsed = time.monotonic() - started
-    output = log_path.read_text(encoding="utf-8", errors="replace")
-    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
-    return code, report, output, elapsed
 
 
 @pytest.fixture(scope="module")
-def pg_soak(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, float]:
+def pg_soak(tmp_path_factory: pytest.TempPathFactory) -> Soak:
     """One short PostgreSQL soak for the tests that read it."""
     return run_short_pg_soak(tmp_path_factory.mktemp("pgsoak"))
 
 
-def test_the_short_postgres_soak_passes_every_check(
-    pg_soak: tuple[int, dict[str, Any], str, float],
-) -> None:
-    code, report, output, elapsed = pg_soak
-    assert code == 0, output
-    assert report["ok"] and report["failures"] == [], output
-    assert set(report["must_be_zero"].values()) == {0}, output
-    files = report["files"]
+def test_the_short_postgres_soak_passes_every_check(pg_soak: Soak) -> None:
+    report = passed_every_check(pg_soak, JOBS)
+    output, elapsed = pg_soak[2], pg_soak[3]
     assert report["hosts"]["backend"] == "postgres"
-    assert report["intake"]["enqueued"] == JOBS == files["jobs"]
-    assert files["done"] + sum(files["dead"].values()) == JOBS
-    assert files["effects"] == files["done"] + len(files["dead_with_effect"])
     assert report["fencing"]["stale_overwrites"] == []
     assert report["fencing"]["stale_finishes_rejected"] > 0, output
     assert sum(report["chaos"]["kills"].values()) > 0
@@ -105,9 +69,7 @@ def test_the_short_postgres_soak_passes_every_check(
     assert elapsed < SOAK_TIMEOUT_S
 
 
-def test_hosts_were_cut_off_and_their_late_finishes_refused(
-    pg_soak: tuple[int, dict[str, Any], str, float],
-) -> None:
+def test_hosts_were_cut_off_and_their_late_finishes_refused(pg_soak: Soak) -> None:
     _, report, output, _ = pg_soak
     if HOSTS_MISSING is not None:
         assert report["hosts"]["simulated_hosts"] == 0
