@@ -29,7 +29,9 @@ JobRow = tuple[int, str, int, str, int, int, int, int, int, str | None, int | No
 """A row of the ``jobs`` table: seq, id, qty, status, attempts, max_attempts, token,
 available_at, deadline, owner, lease_until, reason."""
 
-# The job's attributes in the row's column order (``state`` is the status column).
+# The job's attributes in the row's column order (``state`` is the status column): a
+# deliberate restatement of the contract's jobs table, not an import of
+# courier.queueview.JOB_COLUMNS, so that the model stays independent of the code it checks.
 ROW_FIELDS = (
     "seq",
     "id",

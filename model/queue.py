@@ -266,6 +266,7 @@ class QueueModel:
             hooks.reached("after-claim")
             return job.ticket()
 
+    # The contract's signature, deliberately the same as worker.claim_many's (minus con).
     def claim_many(
         self,
         owner: str,
@@ -518,6 +519,8 @@ def _may_fire(job: Job, triggers: tuple[str, ...], call: Call) -> bool:
     return any(job.may_trigger(trigger, call) for trigger in triggers)
 
 
+# A deliberate copy of worker.py's _deliver (the classification of a send's answer):
+# the model restates the contract's rule rather than importing the code it checks.
 def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
     """Call ``send`` once with a fresh ``{id, qty}``; return ``(outcome, delay_ms)``.
 
