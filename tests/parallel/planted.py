@@ -160,6 +160,8 @@ SQLITE_PLANTS = (
         (
             (
                 _FINISH_TXN,
+                # worker.py's _live_lease and _settle quoted on purpose, with the check moved
+                # out of the transaction (see the note above _FINISH_TXN).
                 """    live = _live_lease(con, ticket, now_ms)
     with _write_transaction(con, fault) as hooks:
         if live is None:

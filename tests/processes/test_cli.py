@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,14 +146,18 @@ def test_argparse_errors_exit_2_with_usage(queue: Path, capsys: pytest.CaptureFi
         assert "usage:" in capsys.readouterr().err
 
 
+def dead_job(queue_module: Any, con: Any, now: int) -> None:
+    """Make job ``broken`` (qty 2, one attempt) dead at ``now`` through ``queue_module``'s calls."""
+    queue_module.enqueue(con, {"id": "broken", "qty": 2}, now, 60_000, 1)
+    ticket = queue_module.claim(con, "c1", now)
+    assert ticket is not None
+    assert queue_module.finish(con, ticket, "permanent", now) == "dead"
+
+
 def make_dead_job(queue: Path) -> None:
     con = worker.open_queue(queue)
     try:
-        now = clock_ms()
-        worker.enqueue(con, {"id": "broken", "qty": 2}, now, 60_000, 1)
-        ticket = worker.claim(con, "c1", now)
-        assert ticket is not None
-        assert worker.finish(con, ticket, "permanent", now) == "dead"
+        dead_job(worker, con, clock_ms())
     finally:
         con.close()
 
@@ -296,21 +301,31 @@ def test_serve_prints_its_port_serves_and_stops_cleanly_on_sigterm(
     assert "receiver stopped: 1 requests, 1 effects, 1 inbox rows, total qty 2" in text
 
 
-def test_demo_runs_as_a_fresh_process_and_passes(tmp_path: Path) -> None:
+def demo_story(*options: str, timeout_s: float, within_s: float) -> str:
+    """Run ``courier demo OPTIONS...`` as a fresh process; its output, once it told the story.
+
+    It must exit 0 within ``within_s`` (killed at ``timeout_s``), say that c1 was
+    SIGKILLed, that the receiver took 9 requests for 8 effects, and end with ``OK in``.
+    """
     started = time.monotonic()
     done = subprocess.run(
-        courier_command("demo"),
+        courier_command("demo", *options),
         cwd=project_root(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout_s,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "c1 killed by SIGKILL" in done.stdout
     assert "receiver: 9 HTTP requests, 8 effects, 8 inbox rows" in done.stdout
     assert done.stdout.rstrip().splitlines()[-1].startswith("OK in ")
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < within_s
+    return done.stdout
+
+
+def test_demo_runs_as_a_fresh_process_and_passes(tmp_path: Path) -> None:
+    demo_story(timeout_s=60, within_s=30)
 
 
 # --- issue 17: the defects a new user met, each pinned -----------------------------------

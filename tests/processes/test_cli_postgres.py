@@ -9,8 +9,6 @@ fails in one line that names the host and hides the password.
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -23,9 +21,11 @@ import pgworker
 from courier import backend, runner
 from courier.attempts import attempts_of
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
-from courier.procs import Children, courier_command, project_root
+from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import HttpSend, Limits, run_courier
+from courier.runner import HttpSend
+from tests.processes.test_cli import dead_job, demo_story
+from tests.processes.test_courier import drain
 
 WAIT_S = 20.0
 
@@ -84,11 +84,7 @@ def test_commands_work_on_a_conninfo_and_on_a_url(
 def test_redrive_and_show_on_postgres(pg_conninfo: str, capsys: pytest.CaptureFixture[str]) -> None:
     con = pgworker.open_queue(pg_conninfo)
     try:
-        now = backend.server_clock_ms(con)
-        pgworker.enqueue(con, {"id": "broken", "qty": 2}, now, 60_000, 1)
-        ticket = pgworker.claim(con, "c1", now)
-        assert ticket is not None
-        assert pgworker.finish(con, ticket, "permanent", now) == "dead"
+        dead_job(pgworker, con, backend.server_clock_ms(con))
     finally:
         con.close()
     code, out, _ = run_cli(capsys, "redrive", pg_conninfo, "broken", "--note", "ticket-1")
@@ -144,13 +140,7 @@ def test_the_courier_judges_leases_on_the_servers_clock(
         con.close()
     monkeypatch.setattr(runner, "clock_ms", lambda: 1)
     before = server_now(pg_conninfo)
-    report = run_courier(
-        pg_conninfo,
-        "c1",
-        HttpSend(receiver.url, "c1"),
-        limits=Limits(max_seconds=WAIT_S, until_drained=True),
-        log=lambda line: None,
-    )
+    report = drain(pg_conninfo, receiver.url)
     assert report.stop_reason == "drained"
     assert report.results == [{"id": "a", "token": 1, "status": "done"}]
     with psycopg.connect(pg_conninfo, autocommit=True) as check:
@@ -192,21 +182,8 @@ def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
 
 
 def test_demo_on_postgres_tells_the_same_story() -> None:
-    started = time.monotonic()
-    done = subprocess.run(
-        courier_command("demo", "--backend", "postgres"),
-        cwd=project_root(),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "on an embedded PostgreSQL server" in done.stdout
-    assert "c1 killed by SIGKILL" in done.stdout
-    assert "receiver: 9 HTTP requests, 8 effects, 8 inbox rows" in done.stdout
-    assert done.stdout.rstrip().splitlines()[-1].startswith("OK in ")
-    assert time.monotonic() - started < 60
+    output = demo_story("--backend", "postgres", timeout_s=90, within_s=60)
+    assert "on an embedded PostgreSQL server" in output
 
 
 def test_the_new_options_work_on_postgres_as_on_a_file(

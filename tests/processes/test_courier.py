@@ -16,11 +16,40 @@ from pathlib import Path
 import pytest
 
 import worker
+from courier.attempts import AttemptLog
 from courier.procs import Children, courier_command, project_root
 from courier.receiver import Receiver
-from courier.runner import HttpSend, Limits, classify_status, clock_ms, run_courier
+from courier.runner import (
+    CourierReport,
+    HttpSend,
+    Limits,
+    classify_status,
+    clock_ms,
+    run_courier,
+)
 
 WAIT_S = 20.0
+
+
+def drain(target: Path | str, url: str, *, record_attempts: bool = False) -> CourierReport:
+    """Run courier c1 quietly on ``target`` (a queue file or a conninfo) until it is drained.
+
+    Each delivery goes to ``url``; the run is bounded by ``WAIT_S``. With
+    ``record_attempts`` every attempt goes to the queue file's attempt log.
+    """
+    attempts = AttemptLog(target) if record_attempts else None
+    try:
+        return run_courier(
+            target,
+            "c1",
+            HttpSend(url, "c1"),
+            limits=Limits(max_seconds=WAIT_S, until_drained=True),
+            log=lambda line: None,
+            attempts=attempts,
+        )
+    finally:
+        if attempts is not None:
+            attempts.close()
 
 
 @pytest.mark.parametrize("status", [200, 201, 204, 299])
@@ -200,7 +229,7 @@ def test_ctrl_c_during_a_hung_delivery_says_so_and_a_second_one_exits_130(
 def test_the_attempt_log_keeps_each_cause_in_a_sidecar_file(
     tmp_path: Path, receiver: Receiver
 ) -> None:
-    from courier.attempts import AttemptLog, attempts_of, sidecar_path
+    from courier.attempts import attempts_of, sidecar_path
 
     queue = tmp_path / "queue.sqlite"
     con = worker.open_queue(queue)
@@ -209,18 +238,7 @@ def test_the_attempt_log_keeps_each_cause_in_a_sidecar_file(
         assert worker.enqueue(con, {"id": job_id, "qty": 1}, now, 30_000, 1)
     con.close()
     HttpSend(receiver.url, "seed")({"id": "b", "qty": 5})  # b with qty 1 is now a 409
-    attempts = AttemptLog(queue)
-    try:
-        report = run_courier(
-            queue,
-            "c1",
-            HttpSend(receiver.url, "c1"),
-            limits=Limits(max_seconds=WAIT_S, until_drained=True),
-            log=lambda line: None,
-            attempts=attempts,
-        )
-    finally:
-        attempts.close()
+    report = drain(queue, receiver.url, record_attempts=True)
     assert [r["status"] for r in report.results] == ["done", "dead"]
     assert sidecar_path(queue).exists()
     assert sqlite_tables(queue) == {"jobs", "redrives", "sqlite_sequence"}, "log kept outside"

@@ -20,11 +20,11 @@ import pytest
 
 import worker
 from courier import queueview
-from courier.attempts import AttemptLog
 from courier.cli import main
 from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import HttpSend, Limits, clock_ms, run_courier
+from courier.runner import HttpSend, clock_ms
+from tests.processes.test_courier import drain
 from tests.web.webdriver import Browser
 
 WAIT_S = 20.0
@@ -40,18 +40,7 @@ def make_queue(tmp_path: Path) -> Path:
     with Receiver(tmp_path / "inbox.sqlite") as receiver:
         for job_id in ("d-1", "d-2"):
             assert HttpSend(receiver.url, "seed")({"id": job_id, "qty": 7}) is True
-        log = AttemptLog(queue)
-        try:
-            report = run_courier(
-                queue,
-                "c1",
-                HttpSend(receiver.url, "c1"),
-                limits=Limits(max_seconds=WAIT_S, until_drained=True),
-                log=lambda line: None,
-                attempts=log,
-            )
-        finally:
-            log.close()
+        report = drain(queue, receiver.url, record_attempts=True)
     assert sorted(r["status"] for r in report.results) == ["dead", "dead", "done"]
     for job_id in ("p-1", "p-2"):
         worker.enqueue(con, {"id": job_id, "qty": 2}, clock_ms(), 60_000)
