@@ -207,6 +207,8 @@ def _dead_section(page: WebPage, dead: list[dict[str, Any]], total: int) -> str:
 
 
 class _Server(ThreadingHTTPServer):
+    # As courier.receiver's server, on purpose: server_close() joins handler threads only
+    # if they are not daemons, so a stopped page leaks none.
     daemon_threads = False
     block_on_close = True
 

@@ -118,6 +118,15 @@ class Server:
         self._create(name, template=self.template)
         return self.conninfo(name)
 
+    @contextlib.contextmanager
+    def database(self) -> Iterator[str]:
+        """A ``fresh_database`` for the block; its conninfo. Dropped when the block ends."""
+        conninfo = self.fresh_database()
+        try:
+            yield conninfo
+        finally:
+            self.drop(conninfo)
+
     def drop(self, conninfo: str) -> None:
         """Drop the database of ``conninfo``, ending whatever is still connected to it."""
         name = libpq.conninfo_to_dict(conninfo)["dbname"]
@@ -187,11 +196,8 @@ def pg_server() -> Iterator[Server]:
 @pytest.fixture
 def pg_conninfo(pg_server: Server) -> Iterator[str]:
     """The conninfo of a fresh database with the queue's empty tables, dropped afterwards."""
-    conninfo = pg_server.fresh_database()
-    try:
+    with pg_server.database() as conninfo:
         yield conninfo
-    finally:
-        pg_server.drop(conninfo)
 
 
 @pytest.fixture

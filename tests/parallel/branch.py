@@ -39,6 +39,7 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+# The real side of tests.parallel.spec.hook_for (the model's), alike on purpose.
 def hook(fault: Fault | None) -> Callable[[str], None] | None:
     """The fault hook a call gets: ``None`` for no fault."""
     if fault is None:

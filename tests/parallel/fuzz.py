@@ -38,8 +38,7 @@ def campaign(minutes: float, backend_name: str = "sqlite") -> int:
         backend: Backend = SQLiteBackend()
         if backend_name == "postgres":
             server = stack.enter_context(session_server())
-            conninfo = server.fresh_database()
-            stack.callback(server.drop, conninfo)
+            conninfo = stack.enter_context(server.database())
             backend = PostgresBackend(conninfo)
         return rounds(minutes, backend)
 

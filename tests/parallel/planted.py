@@ -517,8 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         conninfo = None
         if any(bug.backend == "postgres" for bug in chosen) and not args.no_hunt:
             server = stack.enter_context(session_server())
-            conninfo = server.fresh_database()
-            stack.callback(server.drop, conninfo)
+            conninfo = stack.enter_context(server.database())
         for bug in chosen:
             result: dict[str, object] = {"plant": bug.name}
             if not args.no_hunt:

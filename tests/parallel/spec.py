@@ -222,6 +222,8 @@ def classified(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, 
     return "ok", 0
 
 
+# The model's side of tests.parallel.branch.hook, alike on purpose: where the branch
+# SIGKILLs itself the model raises Killed, and a pause changes nothing in the model.
 def hook_for(fault: Fault | None) -> Callable[[str], None] | None:
     """The model's fault hook for ``fault`` (``None``: no hook at all)."""
     if fault is None:

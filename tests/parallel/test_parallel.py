@@ -39,15 +39,6 @@ PLANTED = BY_NAME.get(os.environ.get("LEASE_QUEUE_PLANT", ""))
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[Pool]:
-    branches = Pool()
-    try:
-        yield branches
-    finally:
-        branches.close()
-
-
-@pytest.fixture(scope="module")
 def sqlite_trials(pool: Pool) -> Iterator[Trials]:
     with tempfile.TemporaryDirectory(prefix="plant-") as folder:
         backend: Backend = SQLiteBackend()
@@ -58,15 +49,11 @@ def sqlite_trials(pool: Pool) -> Iterator[Trials]:
 
 @pytest.fixture(scope="module")
 def postgres_trials(pool: Pool, pg_server: Server) -> Iterator[Trials]:
-    conninfo = pg_server.fresh_database()
-    try:
-        with tempfile.TemporaryDirectory(prefix="plant-") as folder:
-            backend: Backend = PostgresBackend(conninfo)
-            if PLANTED is not None and PLANTED.backend == "postgres":
-                backend = plant(PLANTED, Path(folder), conninfo)
-            yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
-    finally:
-        pg_server.drop(conninfo)
+    with pg_server.database() as conninfo, tempfile.TemporaryDirectory(prefix="plant-") as folder:
+        backend: Backend = PostgresBackend(conninfo)
+        if PLANTED is not None and PLANTED.backend == "postgres":
+            backend = plant(PLANTED, Path(folder), conninfo)
+        yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
 
 
 def judged(trials: Trials, program: Program) -> None:

@@ -31,15 +31,6 @@ def call(verb: str, **args: Any) -> Call:
     return Call(verb, tuple(args.items()))
 
 
-@pytest.fixture(scope="module")
-def pool() -> Iterator[Pool]:
-    pool = Pool()
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
 # claim-many-lets-go (6 of 10 runs): claim_many committed its lease before the fault at
 # after-claim, so the model's rollback left job a claimable and b1's claim found nothing.
 CLAIM_MANY_KEEPS_ITS_LEASE = Program(
@@ -167,11 +158,8 @@ def test_regression(
 
 @pytest.fixture(scope="module")
 def postgres(pg_server: Server) -> Iterator[str]:
-    conninfo = pg_server.fresh_database()
-    try:
+    with pg_server.database() as conninfo:
         yield conninfo
-    finally:
-        pg_server.drop(conninfo)
 
 
 @pytest.mark.parametrize(

@@ -117,16 +117,13 @@ def test_an_unreachable_server_is_one_line_naming_the_host_never_the_password(
 def test_a_database_without_the_queue_tables_is_refused_and_left_alone(
     pg_server: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conninfo = pg_server.fresh_database()
-    try:
+    with pg_server.database() as conninfo:
         with psycopg.connect(conninfo, autocommit=True) as con:
             con.execute("DROP TABLE jobs, redrives")
         code, _, err = run_cli(capsys, "status", conninfo)
         assert code == EXIT_USAGE and "holds no queue" in err
         with psycopg.connect(conninfo, autocommit=True) as con:
             assert con.execute("SELECT to_regclass('jobs')").fetchone() == (None,)
-    finally:
-        pg_server.drop(conninfo)
 
 
 def test_the_courier_judges_leases_on_the_servers_clock(
