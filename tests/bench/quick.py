@@ -1,4 +1,4 @@
-"""A recorded bench at quick sizes, run in a child, and the check of its page's markers.
+"""A recorded bench at quick sizes, run in a child process.
 
 The run's folder is the bench's own kind (under /var/tmp, on a disk), not pytest's
 tmp_path: as root the PostgreSQL server runs as a user of its own, which must reach its
@@ -15,14 +15,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
-
-import pytest
 
 from courier.procs import project_root
 
-__all__ = ["RUN_TIMEOUT_S", "quick_record", "render_into_keeps_the_rest"]
+__all__ = ["RUN_TIMEOUT_S", "quick_record"]
 
 RUN_TIMEOUT_S = 120.0
 
@@ -49,19 +46,3 @@ def quick_record(module: str, *options: str) -> Iterator[tuple[dict[str, Any], s
         yield json.loads(out.read_text(encoding="utf-8")), done.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def render_into_keeps_the_rest(bench: ModuleType, record: dict[str, Any], folder: Path) -> None:
-    """Check that ``bench.render_into`` replaces only what stands between its markers.
-
-    A page without the markers raises ``ValueError`` naming the missing section.
-    """
-    begin, end = bench.BEGIN_MARK, bench.END_MARK
-    page = folder / "page.md"
-    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
-    bench.render_into(page, record)
-    assert page.read_text() == f"before\n{begin}\n{bench.render(record)}{end}\nafter\n"
-    plain = folder / "plain.md"
-    plain.write_text("no markers here\n")
-    with pytest.raises(ValueError, match="section"):
-        bench.render_into(plain, record)

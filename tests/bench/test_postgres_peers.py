@@ -13,14 +13,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import postgres_peers
 from courier.procs import project_root
-from tests.bench.quick import quick_record, render_into_keeps_the_rest
+from tests.bench.quick import quick_record
 
 DOCS = project_root() / "docs"
 OURS = ("pgworker", "pgworker-64")
@@ -92,13 +91,6 @@ def test_a_peer_not_installed_is_shown_as_such(quick_run: tuple[dict[str, Any], 
     text = postgres_peers.render({**record, "contestants": [*record["contestants"], missing]})
     assert "| procrastinate | not installed | its worker | - | - |" in text
     assert "No peer ran beside pgworker" in text
-
-
-def test_render_into_replaces_only_what_stands_between_the_markers(
-    quick_run: tuple[dict[str, Any], str], tmp_path: Path
-) -> None:
-    record, _ = quick_run
-    render_into_keeps_the_rest(postgres_peers, record, tmp_path)
 
 
 def test_the_page_is_the_recorded_full_run_of_all_four_rendered() -> None:

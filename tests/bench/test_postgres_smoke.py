@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import postgres
 from courier.procs import project_root
-from tests.bench.quick import quick_record, render_into_keeps_the_rest
+from tests.bench.quick import quick_record
 
 DOCS = project_root() / "docs"
 PHASES = ("enqueue", "claim", "finish", "enqueue_many", "claim_many", "finish_many")
@@ -64,13 +63,6 @@ def test_the_run_prints_its_tables(quick_run: tuple[dict[str, Any], str]) -> Non
     record, stdout = quick_run
     assert postgres.render(record) in stdout
     assert record["goals"] == {"judged": False}, "no 8-courier row at quick sizes"
-
-
-def test_render_into_replaces_only_what_stands_between_the_markers(
-    quick_run: tuple[dict[str, Any], str], tmp_path: Path
-) -> None:
-    record, _ = quick_run
-    render_into_keeps_the_rest(postgres, record, tmp_path)
 
 
 def test_the_postgres_page_is_its_recorded_run_rendered() -> None:
