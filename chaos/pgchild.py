@@ -44,7 +44,7 @@ import worker
 from chaos.child import DrillHook, EventLog, add_courier_options, sender_name
 from chaos.schedule import parse_drill
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
-from courier.runner import HttpSend, stop_on_signals
+from courier.runner import HttpSend, pause, stop_on_signals
 
 __all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
 
@@ -64,18 +64,8 @@ RECONNECT_CAP_MS = 500
 IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 MAX_FINISH_TRIES = 50
-SLICE_S = 0.05
 
 Lost = psycopg.OperationalError  # a connection that broke or could not be made
-
-
-def _sleep(seconds: float, stop: threading.Event) -> None:
-    until = time.monotonic() + seconds
-    for _ in range(int(seconds / SLICE_S) + 2):
-        left = until - time.monotonic()
-        if left <= 0 or stop.is_set():
-            return
-        time.sleep(min(left, SLICE_S))
 
 
 class Link:
@@ -117,7 +107,7 @@ class Link:
                 pause_ms = worker.retry_delay(
                     min(streak, 16), RECONNECT_BASE_MS, RECONNECT_CAP_MS, 0.5 + self.rng() / 2
                 )
-                _sleep(pause_ms / 1000, self.stop)
+                pause(pause_ms / 1000, self.stop)
                 continue
             if self.lost_at is not None:
                 self.reconnects += 1
@@ -264,7 +254,7 @@ def pgcourier_main(argv: Sequence[str]) -> int:
             pause_ms = worker.retry_delay(
                 min(streak, 16), IDLE_BASE_MS, IDLE_CAP_MS, 0.5 + rng.random() / 2
             )
-            _sleep(pause_ms / 1000, stop)
+            pause(pause_ms / 1000, stop)
         events.write("stop", reason=reason, runs=rounds, idle=idle, reconnects=link.reconnects)
     finally:
         link.close()

@@ -78,6 +78,7 @@ __all__ = [
     "clock_ms",
     "is_busy",
     "is_transient",
+    "pause",
     "run_courier",
     "stop_on_signals",
 ]
@@ -210,7 +211,7 @@ class StallAfterAcks:
                 "acked_at_ms": clock_ms(),
             }
             write_json_atomically(self.report_path, report)
-            _pause(self.stall_seconds, threading.Event())
+            pause(self.stall_seconds, threading.Event())
         return acked
 
 
@@ -325,7 +326,7 @@ class PgRounds:
             self._con = None
 
 
-def _pause(seconds: float, stop: threading.Event) -> None:
+def pause(seconds: float, stop: threading.Event) -> None:
     """Sleep ``seconds`` in short slices, returning early once ``stop`` is set."""
     until = time.monotonic() + seconds
     for _ in range(int(seconds / PAUSE_SLICE_S) + 2):
@@ -474,7 +475,7 @@ class _Courier:
             result = self._round(report)
             if result == "busy":
                 streak += 1
-                _pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
+                pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
                 continue
             if result is not None:
                 last_work = time.monotonic()
@@ -489,7 +490,7 @@ class _Courier:
                 report.stop_reason = "idle"
                 return report
             streak += 1
-            _pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
+            pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
         report.stop_reason = "max-runs"
         return report
 
