@@ -72,11 +72,11 @@ class ParallelSizes:
 
 
 # ci: 2,400 programs on SQLite took 104 s on 2 cores otherwise idle, and 300 on PostgreSQL
-# 78 s at a load near 7 (2026-12-01); 1,600 and 250 keep the two near the 2.5 minutes the
+# 78 s at a load near 7 (2026-12-01); 1,200 and 200 keep the two near the 2 minutes the
 # parallel suite is given in make test (docs/testing.md, "Parallel histories"), and still
 # draw every plant's first failure (at most 677 programs on SQLite, 41 on PostgreSQL).
 PARALLEL: dict[str, ParallelSizes] = {
-    "ci": ParallelSizes(examples=1600, repeats=5, postgres_examples=250),
+    "ci": ParallelSizes(examples=1200, repeats=5, postgres_examples=200),
     "dev": ParallelSizes(examples=100, repeats=5, postgres_examples=50),
     "mutation": ParallelSizes(examples=200, repeats=1, postgres_examples=100),
     "fuzz": ParallelSizes(examples=1_000_000, repeats=10, postgres_examples=1_000_000),
