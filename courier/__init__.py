@@ -19,5 +19,6 @@ everything around it that touches the outside world:
 - ``courier.demo``: two couriers, one killed mid-delivery, the other recovers;
 - ``courier.embedded``: a throwaway PostgreSQL server for the demo;
 - ``courier.web``: the operator's web page, ``courier web QUEUE``;
-- ``courier.cli``: the operator CLI, ``courier --help`` (or ``python -m courier --help``).
+- ``courier.cli``: the operator CLI, ``courier --help`` (or ``python -m courier --help``);
+- ``courier.commands``: the CLI's commands, one command group per module.
 """

@@ -1,0 +1,218 @@
+"""The long-running commands: ``serve`` (the HTTP receiver), ``run`` (a courier) and
+``web`` (the operators' page).
+
+Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event.
+``run`` refuses a send timeout that could outlast the lease (``send_timeout_ms``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from courier import backend, bulk
+from courier.attempts import AttemptLog
+from courier.commands.options import (
+    MAX_LEASE_MS,
+    checked_ms,
+    int_at_least,
+    integer,
+    option,
+    positive_float,
+    queue_arg,
+)
+from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
+from courier.receiver import Receiver
+from courier.runner import HttpSend, Limits, StallAfterAcks, run_courier, stop_on_signals
+
+__all__ = [
+    "cmd_run",
+    "cmd_serve",
+    "cmd_web",
+    "default_timeout_ms",
+    "run_limits",
+    "run_options",
+    "send_timeout_ms",
+    "serve_options",
+    "web_options",
+]
+
+
+def serve_options(serve: argparse.ArgumentParser) -> None:
+    """``serve INBOX``, where to listen, and the chaos knob."""
+    serve.add_argument("inbox", type=Path, help="path of the receiver's inbox file (SQLite)")
+    option(serve, "--host", "ADDR", str, "address to bind (default %(default)s)", "127.0.0.1")
+    option(serve, "--port", "PORT", integer, "port (default 0: any free port)", 0)
+    option(serve, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    delay = "chaos knob: wait this long after committing, before answering (0..10000)"
+    option(serve, "--reply-delay-ms", "MS", integer, delay, 0)
+    option(serve, "--max-seconds", "S", positive_float, "stop after this long")
+
+
+def run_options(run: argparse.ArgumentParser) -> None:
+    """``run QUEUE --url URL --owner NAME``, the lease, the limits and the crash drill."""
+    queue_arg(run)
+    option(run, "--url", "URL", str, "e.g. http://127.0.0.1:PORT/deliveries", required=True)
+    option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
+    lease = "lease per claim; after it another courier may take the job (default %(default)s)"
+    option(run, "--lease-ms", "MS", integer, lease, 1000)
+    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease)"
+    option(run, "--timeout-ms", "MS", integer, timeout)
+    limits = run.add_argument_group("limits", "the courier stops at the first limit reached")
+    rounds = "rounds (claim, deliver, finish; or one empty look) (default 10000)"
+    option(limits, "--max-runs", "N", int_at_least(1), rounds)
+    seconds = "seconds of running (default 60)"
+    option(limits, "--max-seconds", "S", positive_float, seconds)
+    idle = "nothing was due for this long (default: no idle limit)"
+    option(limits, "--max-idle-ms", "MS", int_at_least(0), idle)
+    limits.add_argument(
+        "--until-drained", action="store_true", help="no job is pending or leased any more"
+    )
+    limits.add_argument(
+        "--forever",
+        action="store_true",
+        help="no round or time limit: run until Ctrl-C or SIGTERM (for a service manager)",
+    )
+    drill = run.add_argument_group(
+        "crash drill", "stall after an acknowledged delivery, so a supervisor can kill it"
+    )
+    option(drill, "--stall-after-acks", "N", int_at_least(1), "after the N-th 2xx answer")
+    report = "JSON file written when stalling, with the captured ticket (required)"
+    option(drill, "--stall-report", "PATH", Path, report)
+    stall = "then carry on as a late courier (default %(default)s)"
+    option(drill, "--stall-seconds", "S", positive_float, stall, 30.0)
+
+
+def web_options(web: argparse.ArgumentParser) -> None:
+    """``web QUEUE``, where to listen, and what the page may do."""
+    queue_arg(web)
+    option(web, "--host", "ADDR", str, "address to bind (default %(default)s)", "127.0.0.1")
+    option(web, "--port", "PORT", integer, "port (default 0: any free port)", 0)
+    web.add_argument(
+        "--allow-redrive", action="store_true", help="let the page redrive dead jobs (with a note)"
+    )
+    web.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --host to be an address other than loopback (anyone who can reach it "
+        "sees the queue, and with --allow-redrive may redrive)",
+    )
+    option(web, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    option(web, "--max-seconds", "S", positive_float, "stop after this long")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the receiver until Ctrl-C, SIGTERM or ``--max-seconds``; print its totals."""
+    try:
+        receiver = Receiver(
+            args.inbox, host=args.host, port=args.port, reply_delay_ms=args.reply_delay_ms, log=out
+        )
+    except OSError as error:
+        if isinstance(error, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+            raise
+        raise OSError(f"cannot listen on {args.host} port {args.port}: {error.strerror}") from None
+    stop = stop_on_signals()
+    out(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
+    if args.port_file is not None:
+        args.port_file.write_text(f"{receiver.port}\n", encoding="utf-8")
+    receiver.serve_until(stop, args.max_seconds)
+    out(f"receiver stopped: {inbox_totals(receiver.inbox.summary())}")
+    return EXIT_OK
+
+
+def default_timeout_ms(lease_ms: int) -> int:
+    """An HTTP timeout that leaves a quarter of the lease to record the outcome."""
+    return max(1, lease_ms * 3 // 4)
+
+
+def run_limits(args: argparse.Namespace) -> Limits:
+    """The courier's limits from ``run``'s options (``--forever``: no round or time limit).
+
+    Raises:
+        ValueError: ``--forever`` with ``--max-runs`` or ``--max-seconds``.
+    """
+    if args.forever and (args.max_runs is not None or args.max_seconds is not None):
+        raise ValueError("--forever has no round or time limit: drop --max-runs/--max-seconds")
+    if args.forever:
+        return Limits(
+            max_runs=None,
+            max_seconds=None,
+            max_idle_ms=args.max_idle_ms,
+            until_drained=args.until_drained,
+        )
+    return Limits(
+        max_runs=10_000 if args.max_runs is None else args.max_runs,
+        max_seconds=60.0 if args.max_seconds is None else args.max_seconds,
+        max_idle_ms=args.max_idle_ms,
+        until_drained=args.until_drained,
+    )
+
+
+def send_timeout_ms(args: argparse.Namespace) -> int:
+    """The send timeout, refused unless it ends while the lease still holds."""
+    lease_ms = args.lease_ms
+    if args.timeout_ms is None:
+        return default_timeout_ms(lease_ms)
+    timeout_ms = bulk.check_int("--timeout-ms", args.timeout_ms, 1, MAX_LEASE_MS, "ms")
+    if timeout_ms >= lease_ms:
+        raise ValueError(
+            f"unsafe: --timeout-ms {timeout_ms} is not below --lease-ms {lease_ms}. A delivery "
+            "could outlast its lease: another courier would claim the job and send it again "
+            "while this one still waits, and this one's outcome could never be recorded. "
+            f"Raise --lease-ms above {timeout_ms}, or lower --timeout-ms "
+            f"(default: 3/4 of the lease, {default_timeout_ms(lease_ms)})"
+        )
+    return timeout_ms
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one courier until a limit; exit 130 after Ctrl-C, else 0."""
+    lease_ms = checked_ms("--lease-ms", args.lease_ms, MAX_LEASE_MS)
+    timeout_ms = send_timeout_ms(args)
+    owner = bulk.check_id("--owner", args.owner)
+    limits = run_limits(args)
+    backend.connect_existing(args.queue).close()  # never a queue made from a typo
+    send: Callable[[dict[str, Any]], bool] = HttpSend(args.url, owner, timeout_ms)
+    if args.stall_after_acks is not None:
+        if args.stall_report is None:
+            raise ValueError("--stall-after-acks needs --stall-report PATH")
+        send = StallAfterAcks(
+            send, args.queue, owner, args.stall_after_acks, args.stall_report, args.stall_seconds
+        )
+    stop = stop_on_signals(log=out, impatient=True)
+    shown = backend.describe(args.queue)
+    clock = "the server's clock" if backend.is_conninfo(args.queue) else "this host's clock"
+    out(f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms")
+    attempts = AttemptLog(args.queue)
+    try:
+        report = run_courier(
+            args.queue,
+            owner,
+            send,
+            lease_ms=lease_ms,
+            limits=limits,
+            stop=stop,
+            log=out,
+            attempts=attempts,
+        )
+    finally:
+        attempts.close()
+    statuses: dict[str, int] = {}
+    for result in report.results:
+        statuses[result["status"]] = statuses.get(result["status"], 0) + 1
+    out(
+        f"{owner}: stopped ({report.stop_reason}) after {report.runs} rounds: "
+        f"{json.dumps(statuses, sort_keys=True)}, idle {report.idle}, busy {report.busy}"
+    )
+    return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the operators' page (``courier.web``)."""
+    from courier.web import serve_web
+
+    return serve_web(args, out)
