@@ -35,7 +35,7 @@ from courier.commands.audit import (
     cmd_demo,
     cmd_inbox,
     demo_options,
-    inbox_command_options,
+    inbox_options,
 )
 from courier.commands.connection import now_ms
 from courier.commands.jobs import (
@@ -181,7 +181,7 @@ COMMANDS = (
         "own inbox file (never a queue file); GET / shows the inbox totals. Stops on Ctrl-C "
         "or SIGTERM, or after --max-seconds.",
     ),
-    Command("inbox", "show a receiver inbox file's totals", inbox_command_options, cmd_inbox),
+    Command("inbox", "show a receiver inbox file's totals", inbox_options, cmd_inbox),
     Command(
         "audit",
         "check a queue against the receiver's inbox: nothing lost, no effect twice",

@@ -15,36 +15,29 @@ from courier.commands.options import integer, json_option, option, queue_arg
 from courier.commands.output import EXIT_ERROR, EXIT_OK, inbox_totals, out, print_json, when
 from courier.receiver import Inbox
 
-__all__ = [
-    "audit_options",
-    "cmd_audit",
-    "cmd_demo",
-    "cmd_inbox",
-    "demo_options",
-    "inbox_command_options",
-]
-
-
-def _inbox_options(inbox: argparse.ArgumentParser) -> None:
-    inbox.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
-
-
-def inbox_command_options(inbox: argparse.ArgumentParser) -> None:
-    """``inbox INBOX``."""
-    _inbox_options(inbox)
-    json_option(inbox, "one JSON object")
+__all__ = ["audit_options", "cmd_audit", "cmd_demo", "cmd_inbox", "demo_options", "inbox_options"]
 
 
 def audit_options(audit: argparse.ArgumentParser) -> None:
     """``audit QUEUE INBOX`` and ``--in-flight-ok``."""
     queue_arg(audit)
-    _inbox_options(audit)
+    _inbox_arg(audit)
     audit.add_argument(
         "--in-flight-ok",
         action="store_true",
         help="jobs still pending or leased are in flight, not lost (a queue still in use)",
     )
     json_option(audit, "one JSON object")
+
+
+def inbox_options(inbox: argparse.ArgumentParser) -> None:
+    """``inbox INBOX``."""
+    _inbox_arg(inbox)
+    json_option(inbox, "one JSON object")
+
+
+def _inbox_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("inbox", type=Path, help="path of the receiver's inbox file")
 
 
 def demo_options(demo_parser: argparse.ArgumentParser) -> None:
