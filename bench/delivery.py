@@ -3,27 +3,31 @@
 Two measurements, each on a fresh queue file filled with due jobs (direct SQL, more
 than can be delivered in the time), on the host's wall clock (the couriers' time base):
 
-1. ``breakdown``: one courier's round built up one layer at a time, in this process,
-   each for ``seconds`` in each of three rounds (the median round of each layer); the
-   difference between two steps is what the layer costs:
+1. ``breakdown``: one courier's round built up one layer at a time, the courier in
+   this process, each layer for ``seconds`` in each of three rounds (the median round
+   of each); what a layer costs is its time a delivery less that of the layer it
+   builds on (``BUILDS_ON``):
 
    - ``run_once``: ``worker.run_once`` on one connection, a send that returns ``True``
      at once (the queue alone: a claim and a finish);
-   - ``run_file``: ``worker.run_file``, which opens the file for each round, as the
-     runner calls it;
-   - ``HTTP``: ``run_file`` with ``courier.runner.HttpSend`` to a server of this module
-     that answers 200 at once (the request, no commit behind it);
-   - ``receiver``: ``run_file`` with ``HttpSend`` to the real receiver
-     (``courier.receiver``), which commits each delivery to its inbox before answering;
+   - ``run_file``: ``worker.run_file``, which opens the file for each round (what
+     the runner would pay if it did not keep its connection);
+   - ``HTTP``: ``run_once`` with ``courier.runner.HttpSend`` to a server of this
+     module that answers 200 at once (the request, no commit behind it);
+   - ``receiver``: the same to the real receiver (``courier.receiver``), which commits
+     each delivery to its inbox before answering;
    - ``runner``: ``courier.runner.run_courier`` itself against the real receiver (its
      loop, backoff and log, here discarded).
 
 2. ``fleet``: N courier processes (``spawn``, ``bench.couriers.process_reports``),
-   each ``run_courier`` with ``HttpSend`` against one real receiver serving from this
-   process, on one queue file, for ``seconds`` after a common start: deliveries per
-   second of all of them, each courier's deliveries as a share of the mean, lock
-   timeouts (the runner's busy rounds, each a ``database is locked`` after the 1 s
-   busy timeout) and stale finishes (a lease that ran out before its finish).
+   each ``run_courier`` with ``HttpSend`` against one real receiver, on one queue
+   file, for ``seconds`` after a common start: deliveries per second of all of them,
+   each courier's deliveries as a share of the mean, lock timeouts (the runner's busy
+   rounds, each a ``database is locked`` after the 1 s busy timeout) and stale
+   finishes (a lease that ran out before its finish).
+
+Every server (the receiver, the one that answers 200) runs in a process of its own,
+as ``courier receive`` does, so it never waits for a courier's interpreter lock.
 
 Every courier uses ``courier run``'s defaults: a lease of 1,000 ms and an HTTP timeout
 of 3/4 of it.
@@ -32,6 +36,7 @@ of 3/4 of it.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import random
 import threading
 import time
@@ -43,16 +48,17 @@ from typing import Any
 import worker
 from bench.couriers import fleet_window, process_reports
 from bench.rows import fill_pending
-from courier.receiver import Receiver
+from courier.receiver import Inbox, Receiver
 from courier.runner import HttpSend, Limits, clock_ms, run_courier
 
-__all__ = ["LAYERS", "LEASE_MS", "breakdown", "courier", "fleet"]
+__all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve"]
 
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
 READY_TIMEOUT_S = 60.0
 JOBS_PER_SECOND_CEILING = 3_000  # prefill: more than can be delivered in the window
 LAYERS = ("run_once", "run_file", "HTTP", "receiver", "runner")
+BUILDS_ON = {"run_file": "run_once", "HTTP": "run_once", "receiver": "HTTP", "runner": "receiver"}
 
 Send = Callable[[dict[str, Any]], bool]
 
@@ -81,8 +87,11 @@ def _quiet(_: str) -> None:
 
 
 class _Answer200(BaseHTTPRequestHandler):
-    """Reads the body and answers 200 with a small JSON body, closing the connection
+    """Reads the body and answers 200 with a small JSON body, keeping the connection
     as the receiver does; no inbox, no commit."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -90,7 +99,6 @@ class _Answer200(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -111,6 +119,32 @@ def _answer_200() -> Iterator[str]:
         server.shutdown()
         thread.join()
         server.server_close()
+
+
+def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
+    """A server process: ``kind`` ``"HTTP"`` answers 200 at once, ``"receiver"`` is the
+    real receiver on ``inbox``; its URL goes to ``ready``, and it serves until ``stop``."""
+    server = _answer_200() if kind == "HTTP" else Receiver(inbox)
+    with server as served:
+        ready.put(served if isinstance(served, str) else served.url)
+        stop.wait(READY_TIMEOUT_S * 10)
+
+
+@contextlib.contextmanager
+def _serving(kind: str, inbox: Path) -> Iterator[str]:
+    """``serve`` in a spawned process for the duration; its URL."""
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Queue(), context.Event()
+    child = context.Process(target=serve, args=(kind, str(inbox), ready, stop), daemon=True)
+    child.start()
+    try:
+        yield ready.get(timeout=READY_TIMEOUT_S)
+    finally:
+        stop.set()
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+            child.join(timeout=10)
 
 
 def _rounds(step: Callable[[], dict[str, Any] | None], seconds: float) -> dict[str, Any]:
@@ -144,22 +178,25 @@ def _layer(name: str, path: Path, folder: Path, seconds: float) -> dict[str, Any
         return _rounds(
             lambda: worker.run_file(path, owner, clock_ms, _instant, 0.5, LEASE_MS), seconds
         )
-    if name == "HTTP":
-        with _answer_200() as url:
-            send = HttpSend(url, owner, TIMEOUT_MS)
-            return _rounds(
-                lambda: worker.run_file(path, owner, clock_ms, send, 0.5, LEASE_MS), seconds
-            )
-    with Receiver(folder / f"inbox-{name}.sqlite") as receiver:
-        send = HttpSend(receiver.url, owner, TIMEOUT_MS)
-        if name == "receiver":
-            return _rounds(
-                lambda: worker.run_file(path, owner, clock_ms, send, 0.5, LEASE_MS), seconds
-            )
-        limits = Limits(max_runs=10**7, max_seconds=seconds)
-        start = time.perf_counter()
-        report = run_courier(path, owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet)
-        spent = time.perf_counter() - start
+    inbox = folder / f"inbox-{name}.sqlite"
+    with _serving("HTTP" if name == "HTTP" else "receiver", inbox) as url:
+        send = HttpSend(url, owner, TIMEOUT_MS)
+        try:
+            if name in ("HTTP", "receiver"):
+                con = worker.open_queue(path)
+                try:
+                    return _rounds(
+                        lambda: worker.run_once(con, owner, clock_ms, send, 0.5, LEASE_MS),
+                        seconds,
+                    )
+                finally:
+                    con.close()
+            limits = Limits(max_runs=10**7, max_seconds=seconds)
+            start = time.perf_counter()
+            report = run_courier(path, owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet)
+            spent = time.perf_counter() - start
+        finally:
+            send.close()
     done = sum(1 for result in report.results if result["status"] == "done")
     return {
         "deliveries": done,
@@ -203,9 +240,10 @@ def courier(path: str, url: str, owner: str, seconds: float, go: Any, results: A
         return
     limits = Limits(max_runs=10**7, max_seconds=seconds)
     start = time.monotonic()
-    report = run_courier(
-        Path(path), owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet, rng=random.random
-    )
+    with send:
+        report = run_courier(
+            Path(path), owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet, rng=random.random
+        )
     done = sum(1 for result in report.results if result["status"] == "done")
     results.put(
         (
@@ -227,11 +265,12 @@ def fleet(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
     """``processes`` couriers against one receiver for ``seconds``: the totals and shares."""
     path = _queue_file(folder / f"fleet-{processes}.sqlite", seconds)
     try:
-        with Receiver(folder / f"inbox-fleet-{processes}.sqlite") as receiver:
+        inbox_path = folder / f"inbox-fleet-{processes}.sqlite"
+        with _serving("receiver", inbox_path) as url:
             reports = process_reports(
-                courier, lambda owner: (str(path), receiver.url, owner, seconds), processes, seconds
+                courier, lambda owner: (str(path), url, owner, seconds), processes, seconds
             )
-            inbox = receiver.inbox.summary()
+        inbox = Inbox(inbox_path, create=False).summary()
     finally:
         _remove(path)
     return _totals(processes, seconds, reports, inbox)

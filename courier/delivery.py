@@ -12,14 +12,20 @@ Rules this module keeps:
    of the body, a timeout, or a connection error. ``HttpSend.last_cause`` holds
    the last one, and the exception it raises carries it (``cause_of``); any other
    exception's cause is its class and message.
+3. One connection is kept from one delivery to the next (HTTP/1.1 keep-alive) and
+   dropped after any failure, an answer not read whole, or ``REUSE_IDLE_S`` idle: a
+   new TCP connection per delivery costs more than the request itself.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import urllib.error
-import urllib.request
+import select
+import socket
+import threading
+import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +47,7 @@ __all__ = [
 DEFAULT_TIMEOUT_MS = 5000
 MAX_RESPONSE_BYTES = 65536
 EXCERPT_CHARS = 200
+REUSE_IDLE_S = 1.0  # well under the receiver's idle timeout (its read_timeout_s, 5 s)
 RETRYABLE_4XX = frozenset({408, 429})
 
 
@@ -92,13 +99,6 @@ def classify_status(status: int) -> bool:
     raise worker.Permanent(f"receiver answered {status}")
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: urllib would turn a POST into a GET."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 class HttpSend:
     """``send`` for ``run_file``: POST one delivery as JSON to the receiver.
 
@@ -106,6 +106,12 @@ class HttpSend:
     redirects, bounded by ``timeout_ms``; see ``classify_status`` for the answer.
     Connection errors and timeouts raise ``worker.Retryable``: a timeout does not
     mean the work was not done, only that the answer was lost.
+
+    The connection is kept for the next call (HTTP/1.1 keep-alive), as long as the
+    server keeps it open, the last answer was read whole and it has been idle for
+    less than ``REUSE_IDLE_S``; any failure closes it, so a retry starts afresh.
+    ``close()`` (or ``with``) closes it at the end; one ``HttpSend`` serves one
+    thread at a time (calls from several threads take turns).
     """
 
     last_cause: Cause | None = None
@@ -120,50 +126,104 @@ class HttpSend:
             )
         if type(timeout_ms) is not int or not 1 <= timeout_ms <= 60_000:
             raise ValueError(f"'timeout_ms' must be an int in 1..60000, got {timeout_ms!r}")
+        parts = urllib.parse.urlsplit(url)
+        if not parts.hostname:
+            raise ValueError(f"'url' must name a host, got {url!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"'url' has a malformed port, got {url!r}") from None
         self.url = url
         self.owner = owner
         self.timeout_s = timeout_ms / 1000
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects)
+        self._secure = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = port
+        self._target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        self._connection: http.client.HTTPConnection | None = None
+        self._last_used = 0.0
+        self._turn = threading.Lock()
 
     def __call__(self, event: dict[str, Any]) -> bool:
-        request = urllib.request.Request(
-            self.url,
-            data=json.dumps(event).encode("utf-8"),
-            method="POST",
-            headers={"Content-Type": "application/json", "X-Courier": self.owner},
-        )
-        self.last_cause = None
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                body = response.read(MAX_RESPONSE_BYTES)
-                status: int = response.status
-        except urllib.error.HTTPError as error:
-            status = error.code
+        body = json.dumps(event).encode("utf-8")
+        headers = {"Content-Type": "application/json", "X-Courier": self.owner}
+        with self._turn:
+            self.last_cause = None
             try:
-                body = error.read(MAX_RESPONSE_BYTES)
-            except (OSError, http.client.HTTPException):
-                body = b""
-            error.close()
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
-            cause = _failure_cause(error)
-            self.last_cause = cause
-            raise with_cause(
-                worker.Retryable(f"no answer from {self.url}: {cause.detail}"), cause
-            ) from error
-        self.last_cause = Cause("answer", _excerpt(body), status)
+                status, answer = self._exchange(body, headers)
+            except (OSError, http.client.HTTPException) as error:
+                cause = _failure_cause(error)
+                self.last_cause = cause
+                raise with_cause(
+                    worker.Retryable(f"no answer from {self.url}: {cause.detail}"), cause
+                ) from error
+        self.last_cause = Cause("answer", _excerpt(answer), status)
         try:
             return classify_status(status)
         except (worker.Retryable, worker.Permanent) as refusal:
             raise with_cause(refusal, self.last_cause) from None
 
+    def _exchange(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        """One request on the kept connection (a new one if it cannot be reused)."""
+        connection = self._reusable() or self._connect()
+        self._connection = None  # kept again only once the answer was read whole
+        try:
+            connection.request("POST", self._target, body=body, headers=headers)
+            response = connection.getresponse()
+            answer = response.read(MAX_RESPONSE_BYTES)
+            if response.will_close or not (response.isclosed() or response.read(1) == b""):
+                connection.close()
+            else:
+                self._connection, self._last_used = connection, time.monotonic()
+            return response.status, answer
+        except BaseException:
+            connection.close()
+            raise
+
+    def _reusable(self) -> http.client.HTTPConnection | None:
+        """The kept connection, if it may carry one more request; else it is closed."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return None
+        fresh = time.monotonic() - self._last_used < REUSE_IDLE_S
+        if fresh and connection.sock is not None and not _readable(connection.sock):
+            return connection
+        connection.close()
+        return None
+
+    def _connect(self) -> http.client.HTTPConnection:
+        kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
+        return kind(self._host, self._port, timeout=self.timeout_s)
+
+    def close(self) -> None:
+        """Close the kept connection, if any (the next call opens a new one)."""
+        with self._turn:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def __enter__(self) -> HttpSend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True if an idle socket has something to read: the server closed it (or sent
+    bytes nobody asked for), so it cannot carry another request."""
+    try:
+        ready, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(ready)
+
 
 def _failure_cause(error: BaseException) -> Cause:
     """A request that got no answer: a timeout or a connection error, with the reason."""
-    reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    if isinstance(reason, TimeoutError):
-        return Cause("timeout", f"no answer within the timeout ({reason})"[:EXCERPT_CHARS])
-    text = f"{type(reason).__name__}: {reason}" if isinstance(reason, BaseException) else reason
-    return Cause("connection", str(text)[:EXCERPT_CHARS])
+    if isinstance(error, TimeoutError):
+        return Cause("timeout", f"no answer within the timeout ({error})"[:EXCERPT_CHARS])
+    return Cause("connection", f"{type(error).__name__}: {error}"[:EXCERPT_CHARS])
 
 
 def describe_cause(cause: Cause) -> str:

@@ -8,7 +8,9 @@ queue file). The rules it keeps:
 1. ``POST /deliveries`` with the JSON object ``{"id": <identifier>, "qty": <1..1000>}``.
    The first delivery of an id inserts the inbox row and applies the *effect* (one row
    in ``effects``, whose ``qty`` adds to the delivered total) in one ``BEGIN IMMEDIATE``
-   transaction with ``synchronous=FULL``, and only then answers ``200``.
+   transaction with ``synchronous=FULL``, and only then answers ``200``. The inbox
+   file is in WAL mode, so that commit is one sync of the log, and the receiver keeps
+   one connection for its writes (its handler threads take turns on it).
 2. The same id with the same qty is a duplicate: ``200`` with ``"duplicate": true`` and
    no second effect. The same id with another qty is ``409`` and changes nothing.
 3. Bad input (any method but the route's own, ``HEAD`` and ``OPTIONS`` included)
@@ -24,9 +26,13 @@ queue file). The rules it keeps:
    itself (``GET /`` and ``GET /inbox``), which return ``Inbox.summary()`` as JSON.
    Requests the stdlib rejects before routing (an unparsable request line) are not
    counted.
-5. The server binds ``127.0.0.1`` on an OS-assigned port by default, handles each
-   request on its own thread, closes every connection after one response, and
-   ``Receiver.stop()`` joins every thread and closes the socket.
+5. The server binds ``127.0.0.1`` on an OS-assigned port by default and handles each
+   connection on its own thread. A connection carries request after request
+   (HTTP/1.1 keep-alive) while each request is well formed and read whole; after a
+   refused request (any 4xx but ``409``) the answer says ``Connection: close`` and
+   the connection is closed, and an idle connection is closed after
+   ``read_timeout_s``. ``Receiver.stop()`` ends the idle connections, joins every
+   thread, closes the socket and the inbox's connection.
 
 Chaos knobs (for drills and the soak in ``chaos/``; all off by default):
 ``reply_delay_ms`` sleeps after the inbox commit and before the answer, so a courier
@@ -42,6 +48,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import sqlite3
 import sys
 import threading
@@ -160,11 +168,50 @@ _SELECT_EFFECTS = "SELECT id, qty FROM effects ORDER BY seq"
 # --- The inbox file -------------------------------------------------------------
 
 
+def _connect(path: Path, busy_timeout_s: float, *, writes: bool) -> sqlite3.Connection:
+    """A connection to the inbox file with ``synchronous=FULL``; one that ``writes``
+    puts the file in WAL mode (a read must leave a file it refuses as it was) and
+    may be used by one thread after another."""
+    con = sqlite3.connect(
+        path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=not writes
+    )
+    try:
+        if writes:
+            con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=FULL")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _create_tables(con: sqlite3.Connection) -> None:
+    for sql in INBOX_SCHEMA:
+        con.execute(sql)
+
+
+def _in_transaction(
+    con: sqlite3.Connection, begin: str, body: Callable[[sqlite3.Connection], T]
+) -> T:
+    """``body`` in one transaction on ``con``: committed, or rolled back on any error."""
+    con.execute(begin)
+    try:
+        result = body(con)
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.rollback()
+        raise
+    return result
+
+
 class Inbox:
     """The receiver's SQLite inbox file: inbox rows, effects and the request log.
 
-    Every method opens its own short-lived connection, so one ``Inbox`` may be used
-    from many handler threads and the file may be read by other processes.
+    Reads open a short-lived connection each; writes (``deliver``,
+    ``record_request``) share one kept connection, opened at the first write and
+    closed by ``close()`` (or ``with``). One ``Inbox`` may be used from many threads
+    (writes take turns) and the file may be read and written by other processes.
     """
 
     def __init__(
@@ -179,9 +226,12 @@ class Inbox:
         """
         self.path = Path(path)
         self.busy_timeout_s = busy_timeout_s
+        self._kept: sqlite3.Connection | None = None
+        self._kept_by = 0  # the process that opened it: a forked child opens its own
+        self._turn = threading.Lock()
         if create:
             self._refuse_other_files()
-            self._write(lambda con: [con.execute(sql) for sql in INBOX_SCHEMA])
+            self._transaction("BEGIN IMMEDIATE", _create_tables, writes=True)
             return
         if not self.path.is_file():
             raise FileNotFoundError(f"no inbox file at {str(self.path)!r}")
@@ -212,25 +262,54 @@ class Inbox:
             )
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction; roll back on any error."""
-        return self._transaction("BEGIN IMMEDIATE", body)
+        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction on the kept connection;
+        roll back on any error. Waiting for another thread's write counts against
+        ``busy_timeout_s`` like waiting for another process's lock."""
+        if not self._turn.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError("database is locked (by this receiver's other writes)")
+        try:
+            con = self._writer()
+            try:
+                return _in_transaction(con, "BEGIN IMMEDIATE", body)
+            except sqlite3.Error:
+                self._drop_writer()  # it may be unusable; the next write opens another
+                raise
+        finally:
+            self._turn.release()
+
+    def _writer(self) -> sqlite3.Connection:
+        if self._kept is None or self._kept_by != os.getpid():
+            self._kept = _connect(self.path, self.busy_timeout_s, writes=True)
+            self._kept_by = os.getpid()
+        return self._kept
+
+    def _drop_writer(self) -> None:
+        con, self._kept = self._kept, None
+        if con is not None and self._kept_by == os.getpid():
+            con.close()
+
+    def close(self) -> None:
+        """Close the kept write connection, if any (the next write opens another)."""
+        with self._turn:
+            self._drop_writer()
+
+    def __enter__(self) -> Inbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one read transaction: a consistent snapshot."""
-        return self._transaction("BEGIN", body)
+        return self._transaction("BEGIN", body, writes=False)
 
-    def _transaction(self, begin: str, body: Callable[[sqlite3.Connection], T]) -> T:
-        con = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+    def _transaction(
+        self, begin: str, body: Callable[[sqlite3.Connection], T], *, writes: bool
+    ) -> T:
+        """Run ``body`` in one transaction on a connection of its own."""
+        con = _connect(self.path, self.busy_timeout_s, writes=writes)
         try:
-            con.execute("PRAGMA synchronous=FULL")
-            con.execute(begin)
-            try:
-                result = body(con)
-                con.execute("COMMIT")
-            except BaseException:
-                con.rollback()
-                raise
-            return result
+            return _in_transaction(con, begin, body)
         finally:
             con.close()
 
@@ -401,7 +480,28 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], settings: _Settings) -> None:
         self.settings = settings
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection, known to ``end_connections`` while it is open."""
+        with self._open_lock:
+            self._open.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.discard(request)
+
+    def end_connections(self) -> None:
+        """Make every open connection's next read see the end (call after ``shutdown``):
+        an idle keep-alive connection ends at once, one mid-request after its answer."""
+        with self._open_lock:
+            sockets = list(self._open)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-answer (killed, timed out) is normal: one log line."""
@@ -414,9 +514,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """Routes one request; every answer is JSON and closes the connection."""
+    """Routes the requests of one connection; every answer is JSON."""
 
     server_version = "courier-receiver/1"
+    protocol_version = "HTTP/1.1"  # keep-alive: one connection, request after request
+    disable_nagle_algorithm = True  # headers and body leave at once, not 40 ms apart
 
     @property
     def _receiver(self) -> _Settings:
@@ -427,7 +529,6 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         # A client that announces more body than it sends must not pin a thread.
         self.connection.settimeout(self._receiver.read_timeout_s)
-        self._body_read = False
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -456,6 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         """Handle one request; an inbox failure (e.g. busy) is a 503, to be retried."""
         request = RequestLine(self.command, self.path)
+        self._body_read = False
         try:
             self._handle(request)
         except sqlite3.Error as error:
@@ -464,7 +566,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, request: RequestLine) -> None:
         if request.path in SUMMARY_PATHS and request.method == "GET":
-            self._reply(HTTPStatus.OK, self._receiver.inbox.summary())
+            unread = self.headers.get("Transfer-Encoding") or self.headers.get("Content-Length")
+            closing = {"Connection": "close"} if unread not in (None, "0") else {}
+            self._reply(HTTPStatus.OK, self._receiver.inbox.summary(), closing)
             return
         sender: str | None = None
         try:
@@ -599,6 +703,8 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] = {}
         if problem.status == HTTPStatus.METHOD_NOT_ALLOWED:
             headers["Allow"] = "POST" if request.path == DELIVERIES_PATH else "GET"
+        if problem.status != HTTPStatus.CONFLICT:
+            headers["Connection"] = "close"  # what is left of a refused request is unknown
         self._reply(problem.status, {"error": problem.code, "detail": problem.detail}, headers)
         self._log(f"{request.method} {request.path} {int(problem.status)} {problem.code}")
 
@@ -609,7 +715,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
@@ -704,7 +809,9 @@ class Receiver:
             self._server.shutdown()
             self._thread.join(timeout=10)
             self._thread = None
+        self._server.end_connections()
         self._server.server_close()
+        self.inbox.close()
 
     def __enter__(self) -> Receiver:
         return self.start()

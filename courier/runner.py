@@ -1,4 +1,4 @@
-"""The courier: a bounded loop around ``worker.run_file`` with a real clock and HTTP.
+"""The courier: a bounded loop of ``worker.run_file`` rounds with a real clock and HTTP.
 
 Rules this module keeps:
 
@@ -31,6 +31,10 @@ Rules this module keeps:
    writes a report (with the ticket it captured before sending) and waits to be
    killed, so a supervisor can SIGKILL it between the receiver's commit and the
    queue's ``finish`` deterministically, not by timing luck.
+8. A courier keeps its connection from one round to the next (``FileRounds``,
+   ``PgRounds``): opening a queue file costs more than a claim. On a file it is
+   opened again when the file at the path is replaced, and a removed file ends the
+   courier with run_file's ``FileNotFoundError``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import os
 import random
 import signal
 import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -67,6 +72,7 @@ __all__ = [
     "AttemptSink",
     "Cause",
     "CourierReport",
+    "FileRounds",
     "HttpSend",
     "Limits",
     "PgRounds",
@@ -274,6 +280,62 @@ def is_transient(error: BaseException) -> bool:
     return psycopg is not None and isinstance(error, psycopg.OperationalError)
 
 
+class FileRounds:
+    """``run_courier``'s step on a queue file: ``worker.run_once`` on one kept connection.
+
+    Each round does what ``worker.run_file`` does (a missing file is its
+    ``FileNotFoundError``, and nothing is created) without opening the file again:
+    the connection is made anew when the file at the path is no longer the one it
+    opened (removed or replaced) and after a round that raised anything but a busy
+    file.
+    """
+
+    def __init__(self, path: Target) -> None:
+        self.path = path
+        self._con: sqlite3.Connection | None = None
+        self._opened: tuple[int, int] | None = None  # (device, inode) of the file
+
+    def _kept(self) -> sqlite3.Connection | None:
+        """The kept connection to the file now at the path; ``None`` if there is none."""
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            now = None
+        if now is None or not stat.S_ISREG(now.st_mode):
+            self.close()
+            return None
+        if self._con is None or self._opened != (now.st_dev, now.st_ino):
+            self.close()
+            self._con = worker.open_queue(self.path)
+            self._opened = (now.st_dev, now.st_ino)
+        return self._con
+
+    def __call__(
+        self,
+        target: Any,
+        owner: str,
+        clock: Callable[[], int],
+        send: Send,
+        jitter: float,
+        lease_ms: int,
+    ) -> dict[str, Any] | None:
+        con = self._kept()
+        if con is None:  # no queue file there: run_file says so, in its words
+            return worker.run_file(target, owner, clock, send, jitter, lease_ms)
+        try:
+            return worker.run_once(con, owner, clock, send, jitter, lease_ms)
+        except BaseException as error:
+            if not (isinstance(error, sqlite3.Error) and is_busy(error)):
+                self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the kept connection, if any."""
+        if self._con is not None:
+            self._con.close()
+            self._con, self._opened = None, None
+
+
 class PgRounds:
     """``run_courier``'s step on PostgreSQL: ``pgworker.run_once`` on one kept connection.
 
@@ -404,9 +466,10 @@ def run_courier(
     """Deliver jobs from the queue at ``path`` until a limit or ``stop`` says so.
 
     ``path`` is a queue file's path or a PostgreSQL conninfo (``courier.backend``).
-    On a file each round is one ``worker.run_file(path, owner, clock_ms, send,
-    rng(), lease_ms)`` (or ``step`` with the same arguments, for drills that wrap
-    it); on PostgreSQL one ``PgRounds`` round, on the server's clock. A result is
+    On a file each round is one ``FileRounds`` round: what ``worker.run_file(path,
+    owner, clock_ms, send, rng(), lease_ms)`` does, on a kept connection (or
+    ``step`` with run_file's arguments, for drills that wrap it); on PostgreSQL one
+    ``PgRounds`` round, on the server's clock. A result is
     logged and kept, and each attempt goes to ``attempts`` (if given); ``None``
     (nothing claimable) and a busy or unreachable queue lead to a jittered pause
     of at most ``IDLE_CAP_MS``. Stops with ``stop_reason`` ``max-runs``,
@@ -419,6 +482,11 @@ def run_courier(
         unexpected error from ``send``, which leaves its job leased).
     """
     rounds = PgRounds(str(path)) if backend.is_conninfo(path) else None
+    kept: FileRounds | None = None
+    if step is worker.run_file and rounds is not None:
+        step = rounds
+    elif step is worker.run_file:
+        step = kept = FileRounds(path)
     courier = _Courier(
         path,
         owner,
@@ -428,7 +496,7 @@ def run_courier(
         stop or threading.Event(),
         log,
         rng,
-        rounds if rounds is not None and step is worker.run_file else step,
+        step,
         clock_ms if rounds is None else rounds.now_ms,
         rounds,
         attempts,
@@ -436,8 +504,9 @@ def run_courier(
     try:
         return courier.run()
     finally:
-        if rounds is not None:
-            rounds.close()
+        for kept_connection in (rounds, kept):
+            if kept_connection is not None:
+                kept_connection.close()
 
 
 @dataclass

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from courier.procs import Children, courier_command, project_root
 from courier.receiver import Receiver
 from courier.runner import (
     CourierReport,
+    FileRounds,
     HttpSend,
     Limits,
     classify_status,
@@ -83,9 +86,62 @@ def test_send_refused_by_the_receiver_is_permanent(receiver: Receiver) -> None:
     with pytest.raises(worker.Permanent, match="409"):
         send({"id": "a", "qty": 3})
     with pytest.raises(worker.Permanent, match="422"):
-        send({"id": "not valid", "qty": 3})
+        send({"id": "not valid", "qty": 3})  # the receiver closes after a refusal
+    assert send({"id": "c", "qty": 1}) is True  # on a new connection
     with pytest.raises(worker.Permanent, match="404"):
         HttpSend(receiver.base_url + "/elsewhere", "c1")({"id": "b", "qty": 1})
+
+
+class _Counting(BaseHTTPRequestHandler):
+    """Answers 200 to every POST on HTTP/1.1; the server counts the connections."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1  # type: ignore[attr-defined]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        if self.server.closing:  # type: ignore[attr-defined]
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_send_keeps_its_connection_while_the_server_does(closing: bool) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    server.connections, server.closing = 0, closing  # type: ignore[attr-defined]
+    server.daemon_threads = True
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    serving.start()
+    try:
+        with HttpSend(f"http://127.0.0.1:{server.server_address[1]}/d", "c1") as send:
+            assert [send({"id": f"j{n}", "qty": 1}) for n in range(3)] == [True] * 3
+    finally:
+        server.shutdown()
+        serving.join(timeout=10)
+        server.server_close()
+    assert server.connections == (3 if closing else 1)  # type: ignore[attr-defined]
+
+
+def test_send_opens_a_new_connection_once_the_server_closed_the_idle_one(
+    tmp_path: Path,
+) -> None:
+    with Receiver(tmp_path / "inbox.sqlite", read_timeout_s=0.1) as receiver:
+        send = HttpSend(receiver.url, "c1")
+        assert send({"id": "a", "qty": 1}) is True
+        time.sleep(0.4)  # the receiver closes the connection after 0.1 s idle
+        assert send({"id": "b", "qty": 1}) is True
+        send.close()
+        summary = receiver.inbox.summary()
+    assert (summary["requests"], summary["effects"]) == (2, 2)
 
 
 def test_send_to_a_stopped_receiver_is_retryable(tmp_path: Path) -> None:
@@ -302,3 +358,30 @@ def sqlite_tables(path: Path) -> set[str]:
         }
     finally:
         con.close()
+
+
+def test_rounds_on_a_file_follow_the_file_at_the_path(tmp_path: Path) -> None:
+    queue = tmp_path / "queue.sqlite"
+    delivered: list[str] = []
+
+    def send(event: dict[str, object]) -> bool:
+        delivered.append(str(event["id"]))
+        return True
+
+    rounds = FileRounds(queue)
+    try:
+        for name in ("first", "second"):  # the second file replaces the first
+            partial = tmp_path / "partial.sqlite"
+            con = worker.open_queue(partial)
+            assert worker.enqueue(con, {"id": name, "qty": 1}, clock_ms(), 30_000)
+            con.close()
+            partial.replace(queue)
+            assert rounds(queue, "c1", clock_ms, send, 0.0, 1000) is not None
+            assert rounds(queue, "c1", clock_ms, send, 0.0, 1000) is None
+        queue.unlink()
+        with pytest.raises(FileNotFoundError):
+            rounds(queue, "c1", clock_ms, send, 0.0, 1000)
+    finally:
+        rounds.close()
+    assert delivered == ["first", "second"]
+    assert not queue.exists()  # nothing was created

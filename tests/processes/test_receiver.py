@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from courier.receiver import MAX_BODY_BYTES, Receiver
+from courier.receiver import MAX_BODY_BYTES, Inbox, Receiver
 
 AUTO = "auto"  # Content-Length computed from the body
 GOOD = b'{"id": "a", "qty": 1}'
@@ -219,7 +219,7 @@ def test_a_body_that_never_arrives_times_out_with_408(seeded: Receiver) -> None:
             b"Content-Length: 100\r\n\r\n" + GOOD
         )
         answer = sock.makefile("rb").read()
-    assert answer.startswith(b"HTTP/1.0 408 ")
+    assert answer.startswith(b"HTTP/1.1 408 ")
     assert seeded.inbox.summary()["effects"] == 1
 
 
@@ -231,7 +231,7 @@ def test_a_body_cut_short_is_400(seeded: Receiver) -> None:
         )
         sock.shutdown(socket.SHUT_WR)
         answer = sock.makefile("rb").read()
-    assert answer.startswith(b"HTTP/1.0 400 ")
+    assert answer.startswith(b"HTTP/1.1 400 ")
     assert b'"short_body"' in answer
     assert seeded.inbox.summary()["effects"] == 1
 
@@ -312,3 +312,52 @@ def test_an_inbox_is_never_put_into_a_queue_file(tmp_path: Path) -> None:
     finally:
         con.close()
     assert "inbox" not in names and "effects" not in names
+
+
+def test_one_connection_carries_request_after_request(receiver: Receiver) -> None:
+    conn = http.client.HTTPConnection(receiver.host, receiver.port, timeout=10)
+    try:
+        answers = []
+        for qty in (1, 1, 2, 1):  # applied, duplicate, conflict, duplicate
+            conn.request("POST", "/deliveries", delivery({"id": "a", "qty": qty}), dict(JSON))
+            response = conn.getresponse()
+            answers.append((response.status, response.getheader("Connection")))
+            response.read()
+            assert conn.sock is not None  # http.client drops a socket the server closes
+        conn.request("GET", "/inbox")
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Connection")) == (200, None)
+        assert json.loads(response.read())["requests"] == 4
+    finally:
+        conn.close()
+    assert answers == [(200, None), (200, None), (409, None), (200, None)]
+    assert receiver.inbox.summary()["effects"] == 1
+
+
+def test_a_refused_request_closes_its_connection(receiver: Receiver) -> None:
+    conn = http.client.HTTPConnection(receiver.host, receiver.port, timeout=10)
+    try:
+        conn.request("POST", "/deliveries", b"hello", dict(JSON))
+        response = conn.getresponse()
+        assert (response.status, response.getheader("Connection")) == (400, "close")
+        response.read()
+        assert conn.sock is None
+    finally:
+        conn.close()
+
+
+def test_stop_ends_idle_keep_alive_connections_at_once(tmp_path: Path) -> None:
+    threads_before = threading.active_count()
+    receiver = Receiver(tmp_path / "inbox.sqlite", read_timeout_s=60).start()
+    conn = http.client.HTTPConnection(receiver.host, receiver.port, timeout=10)
+    try:
+        conn.request("POST", "/deliveries", GOOD, dict(JSON))
+        assert conn.getresponse().read()  # the connection stays open, idle
+        stopping = threading.Thread(target=receiver.stop)
+        stopping.start()
+        stopping.join(timeout=20)  # far less than the 60 s idle timeout
+        assert not stopping.is_alive()
+    finally:
+        conn.close()
+    assert threading.active_count() == threads_before
+    assert Inbox(tmp_path / "inbox.sqlite", create=False).summary()["effects"] == 1
