@@ -42,6 +42,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
+# pgworker.py's __all__ is deliberately this list (run_database for run_file).
 __all__ = [
     "MAX_NOW_MS",
     "SCHEMA",
@@ -108,6 +109,8 @@ _IN_MEMORY_PATHS = ("", ":memory:")
 
 # --- SQL: every statement is named once --------------------------------------
 
+# tests/unit/test_open_queue.py keeps a deliberate copy of the contract's text of this DDL
+# (CONTRACT_DDL) and holds SCHEMA against it.
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,
   id TEXT NOT NULL UNIQUE, qty INTEGER NOT NULL,
@@ -237,6 +240,9 @@ _REQUEUE = """UPDATE jobs
 
 
 # --- Validation: one helper per kind of argument ------------------------------
+# pgworker.py keeps a deliberate copy of these helpers: worker.py stays one stdlib-only
+# module whose private names stay private, and tests/contract checks that both reject
+# every malformed argument in the same words.
 
 
 def _reject(name: str, expected: str, value: object) -> ValueError:
@@ -381,6 +387,8 @@ def _queue_path(path: object) -> str:
 # --- Transactions and hooks -------------------------------------------------
 
 
+# pgworker.py and model/queue.py keep deliberate copies of _Hooks: pgworker.py because
+# worker.py's private names stay private, the model because it imports nothing it checks.
 class _Hooks:
     """The fault hooks of one write transaction.
 
@@ -481,6 +489,8 @@ def open_queue(path: str | os.PathLike[str]) -> sqlite3.Connection:
 # The calls read alike on purpose, a single call and its batch as much as claim and
 # finish: the arguments' checks in the contract's order, then one _write_transaction
 # whose body names its change point. tests/parallel/planted.py quotes these bodies.
+# pgworker.py restates every call's signature, checks and docstring on purpose, and
+# model/queue.py claim_many's signature (tests/contract runs the examples on all three).
 
 
 def enqueue(
@@ -778,6 +788,8 @@ def finish_many(
     return statuses
 
 
+# tests/parallel/planted.py quotes this body on purpose (a plant that checks the ticket
+# before the write transaction).
 def _settle(
     con: sqlite3.Connection, ticket: dict[str, Any], outcome: str, now_ms: int, delay_ms: int
 ) -> str | None:
@@ -863,6 +875,7 @@ def _validate_run(
     _callable("send", send)
 
 
+# model/queue.py keeps a deliberate copy of _deliver: the model imports nothing it checks.
 def _deliver(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, int]:
     """Call ``send`` once with a fresh ``{id, qty}`` and classify the answer.
 
@@ -953,6 +966,8 @@ def _existing_queue_file(path: object) -> str:
     return name
 
 
+# run_once's arguments with a path for the connection, deliberately the same list
+# (contract section 8); pgworker.run_database takes a conninfo in its place.
 def run_file(
     path: str | os.PathLike[str],
     owner: str,

@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 STATUSES = ("pending", "leased", "done", "dead")
+# The contract's jobs columns in order; model/job.py's ROW_FIELDS is a deliberate
+# restatement of them (the model imports nothing it checks).
 JOB_COLUMNS = (
     "seq",
     "id",
