@@ -10,23 +10,12 @@ from pathlib import Path
 import pytest
 from transitions import MachineError
 
-from model import (
-    CLAIM_TRIGGERS,
-    EFFECTS,
-    FINISH_TRIGGERS,
-    QUARANTINE_TRIGGERS,
-    REDRIVE_TRIGGERS,
-    STATES,
-    TRANSITIONS,
-    Call,
-    Job,
-    new_machine,
-)
+from model import Call, Job, lifecycle, new_machine
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "model"
-TRIGGERS = list(dict.fromkeys(row["trigger"] for row in TRANSITIONS))
-GUARDS = sorted({name for row in TRANSITIONS for name in row.get("conditions", [])})
-EFFECT_NAMES = sorted({name for names in EFFECTS.values() for name in names})
+TRIGGERS = list(dict.fromkeys(row["trigger"] for row in lifecycle.TRANSITIONS))
+GUARDS = sorted({name for row in lifecycle.TRANSITIONS for name in row.get("conditions", [])})
+EFFECT_NAMES = sorted({name for names in lifecycle.EFFECTS.values() for name in names})
 
 
 def new_job(state: str = "pending", **fields: object) -> Job:
@@ -39,25 +28,32 @@ def new_job(state: str = "pending", **fields: object) -> Job:
 
 
 def test_states_are_the_status_column_values() -> None:
-    assert STATES == ["pending", "leased", "done", "dead"]
+    assert lifecycle.STATES == ["pending", "leased", "done", "dead"]
 
 
 def test_every_row_goes_between_declared_states() -> None:
-    for row in TRANSITIONS:
-        assert row["source"] in STATES and row["dest"] in STATES, row
+    for row in lifecycle.TRANSITIONS:
+        assert row["source"] in lifecycle.STATES and row["dest"] in lifecycle.STATES, row
 
 
 def test_done_is_final_and_only_redrive_leaves_dead() -> None:
-    assert not [row for row in TRANSITIONS if row["source"] == "done"]
-    assert [row["trigger"] for row in TRANSITIONS if row["source"] == "dead"] == ["redrive"]
+    assert not [row for row in lifecycle.TRANSITIONS if row["source"] == "done"]
+    assert [row["trigger"] for row in lifecycle.TRANSITIONS if row["source"] == "dead"] == [
+        "redrive"
+    ]
 
 
 def test_every_trigger_has_its_effects_and_every_effect_its_trigger() -> None:
-    assert list(EFFECTS) == TRIGGERS
+    assert list(lifecycle.EFFECTS) == TRIGGERS
 
 
 def test_the_operations_try_every_trigger_once_in_table_order() -> None:
-    steps = [QUARANTINE_TRIGGERS, CLAIM_TRIGGERS, *FINISH_TRIGGERS.values(), REDRIVE_TRIGGERS]
+    steps = [
+        lifecycle.QUARANTINE_TRIGGERS,
+        lifecycle.CLAIM_TRIGGERS,
+        *lifecycle.FINISH_TRIGGERS.values(),
+        lifecycle.REDRIVE_TRIGGERS,
+    ]
     tried = [trigger for step in steps for trigger in step]
     assert sorted(tried) == sorted(TRIGGERS)
     for step in steps:
@@ -71,7 +67,7 @@ def test_every_guard_and_effect_is_a_documented_job_method(name: str) -> None:
 
 
 def test_conditions_are_named_methods_not_lambdas() -> None:
-    for row in TRANSITIONS:
+    for row in lifecycle.TRANSITIONS:
         assert all(type(name) is str for name in row.get("conditions", [])), row
 
 
@@ -139,10 +135,10 @@ def situations() -> list[tuple[Job, Call]]:
 @pytest.mark.parametrize(
     "step",
     [
-        QUARANTINE_TRIGGERS + CLAIM_TRIGGERS,
-        FINISH_TRIGGERS["ok"],
-        FINISH_TRIGGERS["permanent"],
-        FINISH_TRIGGERS["retry"],
+        lifecycle.QUARANTINE_TRIGGERS + lifecycle.CLAIM_TRIGGERS,
+        lifecycle.FINISH_TRIGGERS["ok"],
+        lifecycle.FINISH_TRIGGERS["permanent"],
+        lifecycle.FINISH_TRIGGERS["retry"],
     ],
 )
 def test_at_most_one_trigger_of_a_step_may_fire(step: tuple[str, ...]) -> None:
@@ -154,7 +150,7 @@ def test_at_most_one_trigger_of_a_step_may_fire(step: tuple[str, ...]) -> None:
 def test_a_retry_always_settles_a_live_ticket() -> None:
     for job, call in situations():
         if job.state == "leased" and job.ticket_live(call):
-            allowed = [t for t in FINISH_TRIGGERS["retry"] if job.may_trigger(t, call)]
+            allowed = [t for t in lifecycle.FINISH_TRIGGERS["retry"] if job.may_trigger(t, call)]
             assert len(allowed) == 1, (job.row(), call)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import model
-from tests.parallel.checker import Choices, Operation, check
+from tests.parallel.checker import Choices, Operation, Verdict, check
 from tests.parallel.history import Observed, Record, operations
 from tests.parallel.program import Fault
 from tests.parallel.spec import QueueSpec
@@ -91,28 +91,28 @@ def claim(
 # --- linearizable ----------------------------------------------------------------------
 
 
-def test_overlapping_claims_linearize_in_the_one_order_that_works():
-    """c1 got b and c2 got a: only "c2 first" explains it, and their calls overlap."""
+def c1_got_b_and_c2_got_a(c1_span: tuple[int, int], c2_span: tuple[int, int]) -> Verdict[Any]:
+    """The verdict on two claims of a and b, c1's (call 2) getting b and c2's (call 3)
+    getting a, invoked and returned at the given times; the rows say c2 came first."""
     history = [
         *enqueued("a", "b"),
-        claim(2, "b1.0", "c1", ticket("b", 1, "c1"), 100, 300),
-        claim(3, "b2.0", "c2", ticket("a", 1, "c2"), 150, 250),
+        claim(2, "b1.0", "c1", ticket("b", 1, "c1"), *c1_span),
+        claim(3, "b2.0", "c2", ticket("a", 1, "c2"), *c2_span),
     ]
     rows = rows_after(enqueue_call("a"), enqueue_call("b"), claim_call("c2"), claim_call("c1"))
-    verdict = check(history, QueueSpec(rows))
+    return check(history, QueueSpec(rows))
+
+
+def test_overlapping_claims_linearize_in_the_one_order_that_works():
+    """c1 got b and c2 got a: only "c2 first" explains it, and their calls overlap."""
+    verdict = c1_got_b_and_c2_got_a((100, 300), (150, 250))
     assert verdict.outcome == "ok"
     assert verdict.order.index(3) < verdict.order.index(2)
 
 
 def test_real_time_order_is_kept_even_when_another_order_would_explain_it():
     """The same results, but c1's claim returned before c2's began: no order works."""
-    history = [
-        *enqueued("a", "b"),
-        claim(2, "b1.0", "c1", ticket("b", 1, "c1"), 100, 200),
-        claim(3, "b2.0", "c2", ticket("a", 1, "c2"), 250, 300),
-    ]
-    rows = rows_after(enqueue_call("a"), enqueue_call("b"), claim_call("c2"), claim_call("c1"))
-    verdict = check(history, QueueSpec(rows))
+    verdict = c1_got_b_and_c2_got_a((100, 200), (250, 300))
     assert verdict.outcome == "illegal"
     assert 2 in verdict.stuck
 
@@ -137,26 +137,19 @@ def test_a_killed_claim_may_have_taken_no_effect():
     assert verdict.order == (0,)
 
 
+def claim_record(
+    lane: str, owner: str, invoked: int, returned: int, output: tuple[Any, ...]
+) -> Record:
+    """A claim as the runner records it (the lane's first call, times in microseconds)."""
+    arguments = {"owner": owner, "now_ms": NOW, "lease_ms": 10, "fault": None}
+    return Record(lane, 0, "claim", arguments, invoked, returned, output)
+
+
 def test_a_lock_timeout_is_a_call_that_did_nothing():
     """A claim refused the lock after waiting: left out, and the rows agree."""
-    refused = Record(
-        "b1",
-        0,
-        "claim",
-        {"owner": "c1", "now_ms": NOW, "lease_ms": 10, "fault": None},
-        100_000,
-        1_100_000,
-        ("raised", "OperationalError", "database is locked"),
-    )
-    took = Record(
-        "b2",
-        0,
-        "claim",
-        {"owner": "c2", "now_ms": NOW, "lease_ms": 10, "fault": None},
-        100_000,
-        200_000,
-        ("returned", ticket("a", 1, "c2")),
-    )
+    locked = ("raised", "OperationalError", "database is locked")
+    refused = claim_record("b1", "c1", 100_000, 1_100_000, locked)
+    took = claim_record("b2", "c2", 100_000, 200_000, ("returned", ticket("a", 1, "c2")))
     prefix = Record(
         "p",
         0,

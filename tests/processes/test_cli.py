@@ -99,6 +99,28 @@ def test_enqueue_reports_true_false_and_conflict(
     assert err.startswith("courier: error: conflict: ")
 
 
+def places(tmp_path: Path, queue: Path) -> dict[str, Path]:
+    """The places an error test's argv names: ``{queue}``, a ``{folder}``, a ``{missing}``
+    file, a ``{nowhere}`` folder, ``{not_a_db}`` (a text file) and ``{garbage}`` (bytes)."""
+    not_a_db = tmp_path / "notes.txt"
+    not_a_db.write_text("hello\n")
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database, just bytes" * 100)
+    return {
+        "queue": queue,
+        "folder": tmp_path,
+        "missing": tmp_path / "missing",
+        "nowhere": tmp_path / "nowhere",
+        "not_a_db": not_a_db,
+        "garbage": garbage,
+    }
+
+
+def filled_in(argv: list[str], names: dict[str, Path]) -> list[str]:
+    """``argv`` with each ``{name}`` replaced by its place."""
+    return [arg.format(**names) for arg in argv]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -124,15 +146,7 @@ def test_enqueue_reports_true_false_and_conflict(
 def test_bad_input_is_one_line_and_a_nonzero_exit(
     tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    not_a_db = tmp_path / "notes.txt"
-    not_a_db.write_text("hello\n")
-    names = {
-        "queue": queue,
-        "missing": tmp_path / "missing",
-        "folder": tmp_path,
-        "not_a_db": not_a_db,
-    }
-    code, _, err = run_cli(capsys, *(arg.format(**names) for arg in argv))
+    code, _, err = run_cli(capsys, *filled_in(argv, places(tmp_path, queue)))
     assert code in (EXIT_USAGE, EXIT_ERROR)
     assert err.startswith("courier: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "missing").exists(), "a command created a queue it should refuse"
@@ -403,15 +417,8 @@ def test_reenqueueing_a_done_or_dead_job_says_what_it_is(
 def test_errors_name_the_file_and_speak_the_clis_words(
     tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
 ) -> None:
-    garbage = tmp_path / "garbage.sqlite"
-    garbage.write_bytes(b"not a database, just bytes" * 100)
-    names = {
-        "folder": tmp_path,
-        "nowhere": tmp_path / "nowhere",
-        "garbage": garbage,
-        "queue": queue,
-    }
-    code, _, err = run_cli(capsys, *(arg.format(**names) for arg in argv))
+    names = places(tmp_path, queue)
+    code, _, err = run_cli(capsys, *filled_in(argv, names))
     assert code == EXIT_USAGE and err.count("\n") == 1, err
     assert words.format(**names) in err, err
     assert "that is a" not in err, "the library's message showed through"
