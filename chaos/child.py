@@ -18,6 +18,7 @@ receiver's chaos can act on the very process that sent a delivery it committed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -31,9 +32,19 @@ import worker
 from chaos.schedule import Drill, parse_drill
 from courier import queueview
 from courier.procs import module_command
-from courier.runner import HttpSend, Limits, Send, clock_ms, is_busy, run_courier, stop_on_signals
+from courier.runner import (
+    HttpSend,
+    Limits,
+    Send,
+    StopSignal,
+    clock_ms,
+    is_busy,
+    run_courier,
+    stop_on_signals,
+)
 
 __all__ = [
+    "CourierStart",
     "DrillHook",
     "EventLog",
     "RecordedRounds",
@@ -177,6 +188,33 @@ def add_courier_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return parser
 
 
+@dataclasses.dataclass(frozen=True)
+class CourierStart:
+    """What every soak courier, on SQLite and PostgreSQL, sets up from its options
+    (``add_courier_options``): the signal handlers, its drill, its event log and the
+    generator of its jitter (a pure function of the seed, the owner and the incarnation)."""
+
+    stop: StopSignal
+    drill: Drill | None
+    events: EventLog
+    rng: random.Random
+
+    @classmethod
+    def from_options(cls, args: argparse.Namespace) -> CourierStart:
+        """Install the signal handlers, parse the drill and open the event log."""
+        stop = stop_on_signals()
+        drill = None if args.drill is None else parse_drill(args.drill, args.drill_round)
+        events = EventLog(args.events)
+        rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
+        return cls(stop, drill, events, rng)
+
+    def announce(self, args: argparse.Namespace) -> HttpSend:
+        """Write the ``start`` line; return the courier's send (``X-Courier``: ``sender_name``)."""
+        drill = None if self.drill is None else self.drill.name
+        self.events.write("start", owner=args.owner, drill=drill)
+        return HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos courier")
     parser.add_argument("queue", type=Path)
@@ -186,13 +224,10 @@ def _parser() -> argparse.ArgumentParser:
 def courier_main(argv: Sequence[str]) -> int:
     """Run one soak courier until its limits or SIGTERM; exit status 0."""
     args = _parser().parse_args(argv)
-    stop = stop_on_signals()
-    drill = None if args.drill is None else parse_drill(args.drill, args.drill_round)
-    events = EventLog(args.events)
+    start = CourierStart.from_options(args)
+    events = start.events
     try:
-        events.write("start", owner=args.owner, drill=None if drill is None else drill.name)
-        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
-        rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
+        send = start.announce(args)
         limits = Limits(
             max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
         )
@@ -202,9 +237,9 @@ def courier_main(argv: Sequence[str]) -> int:
             send,
             lease_ms=args.lease_ms,
             limits=limits,
-            stop=stop,
-            rng=rng.random,
-            step=RecordedRounds(events, drill),
+            stop=start.stop,
+            rng=start.rng.random,
+            step=RecordedRounds(events, start.drill),
         )
         events.write("stop", reason=report.stop_reason, runs=report.runs, busy=report.busy)
     finally:

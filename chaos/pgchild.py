@@ -30,8 +30,6 @@ writes to its event log (``chaos.child.EventLog``, one flushed JSON line each):
 from __future__ import annotations
 
 import argparse
-import os
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,10 +39,9 @@ import psycopg
 
 import pgworker
 import worker
-from chaos.child import DrillHook, EventLog, add_courier_options, sender_name
-from chaos.schedule import parse_drill
+from chaos.child import CourierStart, DrillHook, EventLog, add_courier_options
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
-from courier.runner import HttpSend, pause, stop_on_signals
+from courier.runner import pause
 
 __all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
 
@@ -224,17 +221,14 @@ def _parser() -> argparse.ArgumentParser:
 def pgcourier_main(argv: Sequence[str]) -> int:
     """Run one PostgreSQL soak courier until its time bound, drained or SIGTERM; exit 0."""
     args = _parser().parse_args(argv)
-    stop = stop_on_signals()
-    drill = None if args.drill is None else parse_drill(args.drill, args.drill_round)
-    events = EventLog(args.events)
-    rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
+    start = CourierStart.from_options(args)
+    stop, drill, events, rng = start.stop, start.drill, start.events, start.rng
     started = time.monotonic()
     link = Link(args.conninfo, events, stop, started + args.max_seconds, rng.random)
     rounds = idle = 0
     reason = "max-seconds"
     try:
-        events.write("start", owner=args.owner, drill=None if drill is None else drill.name)
-        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        send = start.announce(args)
         streak = 0
         while time.monotonic() - started < args.max_seconds:
             if stop.is_set():
