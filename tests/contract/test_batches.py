@@ -131,9 +131,15 @@ def test_claim_many_calls_each_hook_once_after_the_last_lease(queue: Queue) -> N
     assert seen == [["leased", "leased"]]
 
 
-@pytest.mark.parametrize(
-    ("point", "kept"), [("after-claim", False), ("after-commit", True)], ids=["before", "after"]
-)
+def before_and_after(change_point: str) -> pytest.MarkDecorator:
+    """Parametrize ``(point, kept)``: a fault at ``change_point`` (before the commit) rolls
+    the batch back; one at ``after-commit`` keeps it."""
+    return pytest.mark.parametrize(
+        ("point", "kept"), [(change_point, False), ("after-commit", True)], ids=["before", "after"]
+    )
+
+
+@before_and_after("after-claim")
 def test_a_claim_many_fault_rolls_back_before_commit_and_keeps_after(
     queue: Queue, point: str, kept: bool
 ) -> None:
@@ -194,9 +200,7 @@ def test_finish_many_with_nothing_live_calls_no_hook(queue: Queue) -> None:
     assert queue.rows() == before
 
 
-@pytest.mark.parametrize(
-    ("point", "kept"), [("after-finish", False), ("after-commit", True)], ids=["before", "after"]
-)
+@before_and_after("after-finish")
 def test_a_finish_many_fault_rolls_back_before_commit_and_keeps_after(
     queue: Queue, point: str, kept: bool
 ) -> None:

@@ -46,14 +46,7 @@ def test_the_redriven_job_is_claimable_with_the_next_token(queue: Queue) -> None
     dead(queue)
     queue.redrive("a", 200, 1000, "again")
     ticket = queue.claim("courier-2", 200, 100)
-    assert ticket == {
-        "id": "a",
-        "qty": 4,
-        "owner": "courier-2",
-        "token": 3,
-        "attempt": 1,
-        "lease_until": 300,
-    }
+    assert ticket == dict(id="a", qty=4, owner="courier-2", token=3, attempt=1, lease_until=300)
 
 
 @pytest.mark.parametrize("reason", ["deadline", "exhausted", "permanent"])
@@ -144,6 +137,8 @@ INVALID_CASES = (
 )
 
 
+# Every call's malformed-argument test has this shape on purpose (one per call, each with
+# its own state and checks; tests/contract/cases.py groups the values by argument).
 @pytest.mark.parametrize(("argument", "values"), by_argument(INVALID_CASES))
 def test_rejects_malformed_argument_before_any_change(
     queue: Queue, argument: str, values: list[object]

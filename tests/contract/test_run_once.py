@@ -242,6 +242,8 @@ INVALID_CASES = (
 )
 
 
+# Every call's malformed-argument test has this shape on purpose (one per call, each with
+# its own state and checks; tests/contract/cases.py groups the values by argument).
 @pytest.mark.parametrize(("argument", "values"), by_argument(INVALID_CASES))
 def test_rejects_malformed_arguments_before_any_change(
     queue: Queue, argument: str, values: list[object]
