@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 from tests.support import JOB_COLUMNS, REDRIVE_COLUMNS, Rows, read_rows
 
@@ -29,8 +29,27 @@ from tests.support import JOB_COLUMNS, REDRIVE_COLUMNS, Rows, read_rows
 SQLITE_BUSY_TIMEOUT_S = 1.0
 
 
+class _ModuleCalls:
+    """What both backends do alike: their module of calls, and connections through it."""
+
+    module_path: str | None
+    default_module: ClassVar[str]
+
+    def module(self) -> ModuleType:
+        """The module of calls: ``default_module``, or the copy at ``module_path``."""
+        if self.module_path is None:
+            return importlib.import_module(self.default_module)
+        return load_copy(self.module_path)
+
+    def connect(self, target: str) -> Any:
+        return self.module().open_queue(target)
+
+    def close(self, con: Any) -> None:
+        con.close()
+
+
 @dataclass(frozen=True)
-class SQLiteBackend:
+class SQLiteBackend(_ModuleCalls):
     """``worker.py`` (or the planted copy at ``module_path``) on one real SQLite file.
 
     ``claim_order`` is what the model promises about claim order under concurrency:
@@ -42,24 +61,13 @@ class SQLiteBackend:
     name: str = "sqlite"
     claim_order: str = "strict"
     busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S
-
-    def module(self) -> ModuleType:
-        """The module of calls: ``worker``, or the copy at ``module_path``."""
-        if self.module_path is None:
-            return importlib.import_module("worker")
-        return load_copy(self.module_path)
+    default_module: ClassVar[str] = "worker"
 
     def create(self, folder: Path) -> str:
         """Create an empty queue in ``folder``; its path is the target to connect to."""
         path = str(folder / "queue.sqlite")
         self.module().open_queue(path).close()
         return path
-
-    def connect(self, target: str) -> Any:
-        return self.module().open_queue(target)
-
-    def close(self, con: Any) -> None:
-        con.close()
 
     def in_transaction(self, con: Any) -> bool:
         return bool(con.in_transaction)
@@ -91,7 +99,7 @@ CLAIM_LOCK_TIMEOUT_MS = 1
 
 
 @dataclass(frozen=True)
-class PostgresBackend:
+class PostgresBackend(_ModuleCalls):
     """``pgworker.py`` (or the planted copy at ``module_path``) on a real PostgreSQL
     database (``conninfo``), each program's queue in a schema of its own.
 
@@ -109,12 +117,7 @@ class PostgresBackend:
     claim_order: str = "relaxed"
     busy_timeout_s: float = 0.0
     claim_lock_timeout_ms: int | None = CLAIM_LOCK_TIMEOUT_MS
-
-    def module(self) -> ModuleType:
-        """The module of calls: ``pgworker``, or the copy at ``module_path``."""
-        if self.module_path is None:
-            return importlib.import_module("pgworker")
-        return load_copy(self.module_path)
+    default_module: ClassVar[str] = "pgworker"
 
     def create(self, folder: Path) -> str:
         """Create an empty queue in a new schema; the conninfo that selects it."""
@@ -126,12 +129,6 @@ class PostgresBackend:
         target = libpq.make_conninfo(self.conninfo, options=f"-c search_path={schema}")
         self.module().open_queue(target).close()
         return target
-
-    def connect(self, target: str) -> Any:
-        return self.module().open_queue(target)
-
-    def close(self, con: Any) -> None:
-        con.close()
 
     def in_transaction(self, con: Any) -> bool:
         from psycopg.pq import TransactionStatus

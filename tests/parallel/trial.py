@@ -48,21 +48,19 @@ class Trial:
         )
 
 
+@dataclass(eq=False)
 class Trials:
     """Runs programs on one backend: once each until a failure is seen, then
     ``repeats`` times each (see the module docstring)."""
 
-    def __init__(
-        self, pool: Pool, backend: Backend, repeats: int, budget: int = DEFAULT_BUDGET
-    ) -> None:
-        self.pool = pool
-        self.backend = backend
-        self.repeats = repeats
-        self.budget = budget
-        self.shrinking = False
-        self.programs = 0
-        self.calls = 0
-        self.trials: dict[str, Trial] = {}
+    pool: Pool
+    backend: Backend
+    repeats: int
+    budget: int = DEFAULT_BUDGET
+    shrinking: bool = field(default=False, init=False)
+    programs: int = field(default=0, init=False)
+    calls: int = field(default=0, init=False)
+    trials: dict[str, Trial] = field(default_factory=dict, init=False)
 
     def attempt(self, program: Program) -> Trial:
         """Run ``program`` (see the module docstring); a program met before gets its
