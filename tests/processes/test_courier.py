@@ -34,6 +34,19 @@ from courier.runner import (
 WAIT_S = 20.0
 
 
+def queue_of(
+    folder: Path, *job_ids: str, qty: int = 1, ttl_ms: int = 30_000, max_attempts: int = 3
+) -> Path:
+    """A new queue file in ``folder`` holding each job (``qty`` each), enqueued now."""
+    queue = folder / "queue.sqlite"
+    con = worker.open_queue(queue)
+    now = clock_ms()
+    for job_id in job_ids:
+        assert worker.enqueue(con, {"id": job_id, "qty": qty}, now, ttl_ms, max_attempts)
+    con.close()
+    return queue
+
+
 def drain(target: Path | str, url: str, *, record_attempts: bool = False) -> CourierReport:
     """Run courier c1 quietly on ``target`` (a queue file or a conninfo) until it is drained.
 
@@ -154,10 +167,7 @@ def test_send_to_a_stopped_receiver_is_retryable(tmp_path: Path) -> None:
 def test_a_timeout_after_the_commit_is_retried_and_the_inbox_absorbs_the_resend(
     tmp_path: Path,
 ) -> None:
-    queue = tmp_path / "queue.sqlite"
-    con = worker.open_queue(queue)
-    assert worker.enqueue(con, {"id": "slow", "qty": 3}, clock_ms(), 30_000)
-    con.close()
+    queue = queue_of(tmp_path, "slow", qty=3)
     with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=400) as receiver:
         impatient = HttpSend(receiver.url, "c1", timeout_ms=100)
         first = worker.run_file(queue, "c1", clock_ms, impatient, 0.0)
@@ -260,10 +270,7 @@ def test_sigterm_stops_a_courier_between_deliveries(
 def test_ctrl_c_during_a_hung_delivery_says_so_and_a_second_one_exits_130(
     tmp_path: Path, children: Children
 ) -> None:
-    queue = tmp_path / "queue.sqlite"
-    con = worker.open_queue(queue)
-    assert worker.enqueue(con, {"id": "slow", "qty": 1}, clock_ms(), 60_000)
-    con.close()
+    queue = queue_of(tmp_path, "slow", ttl_ms=60_000)
     log = tmp_path / "c1.log"
     # The answer comes only after 3 s (the hung delivery); the test is over long before.
     with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=3000) as hung:
@@ -287,12 +294,8 @@ def test_the_attempt_log_keeps_each_cause_in_a_sidecar_file(
 ) -> None:
     from courier.attempts import attempts_of, sidecar_path
 
-    queue = tmp_path / "queue.sqlite"
-    con = worker.open_queue(queue)
     now = clock_ms()
-    for job_id in ("a", "b"):
-        assert worker.enqueue(con, {"id": job_id, "qty": 1}, now, 30_000, 1)
-    con.close()
+    queue = queue_of(tmp_path, "a", "b", max_attempts=1)
     HttpSend(receiver.url, "seed")({"id": "b", "qty": 5})  # b with qty 1 is now a 409
     report = drain(queue, receiver.url, record_attempts=True)
     assert [r["status"] for r in report.results] == ["done", "dead"]
