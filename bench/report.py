@@ -69,8 +69,8 @@ _INTROS = {
     "Latency against rows": "One claim and its finish, timed together, in files of `pending` "
     "rows (all due) and of `history` rows (mostly done and dead, a tenth waiting retries, "
     "due jobs last):",
-    "Couriers end to end": "One courier's round a layer at a time ({layer_seconds} s each, the "
-    "median of 3 rounds), from the queue alone to the real runner and receiver:",
+    "Couriers end to end": "One courier's round, a layer at a time ({layer_seconds} s each, the "
+    "median of 3 rounds):",
     "Slow states, and what to do about them": "States a real queue reaches in which claim's "
     "cost could grow, each at a small and a large size, and a batch (`claim_many` + "
     "`finish_many`) in the same state:",
@@ -437,12 +437,10 @@ def _couriers(results: dict[str, Any]) -> list[str]:
         ),
         "",
         *_para(
-            "The runner keeps its queue connection and its HTTP connection from one delivery",
-            "to the next, and the receiver (a process of its own) keeps one inbox connection",
-            f"in WAL mode. One courier delivers {runner / base:.2f} of the `run_once` rate; the",
-            f"largest step is {_LAYER_COSTS[largest]} ({costs[largest]:.2f} ms a delivery). N",
-            f"`courier run` processes against one receiver for {section['seconds']} s, on one",
-            "file:",
+            "The runner keeps its queue and HTTP connections open; the receiver (its own",
+            f"process) keeps a WAL inbox. One courier delivers {runner / base:.2f} of the",
+            f"`run_once` rate; the largest step is {_LAYER_COSTS[largest]} ({costs[largest]:.2f}",
+            f"ms a delivery). N `courier run` processes, one receiver, {section['seconds']} s:",
         ),
         "",
         *_table(fleet_header, fleet),

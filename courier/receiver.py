@@ -530,27 +530,6 @@ class _Handler(BaseHTTPRequestHandler):
         # A client that announces more body than it sends must not pin a thread.
         self.connection.settimeout(self._receiver.read_timeout_s)
 
-    def do_GET(self) -> None:
-        self._dispatch()
-
-    def do_POST(self) -> None:
-        self._dispatch()
-
-    def do_PUT(self) -> None:
-        self._dispatch()
-
-    def do_PATCH(self) -> None:
-        self._dispatch()
-
-    def do_DELETE(self) -> None:
-        self._dispatch()
-
-    def do_HEAD(self) -> None:
-        self._dispatch()
-
-    def do_OPTIONS(self) -> None:
-        self._dispatch()
-
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the stdlib's stderr access log; ``_dispatch`` logs instead."""
 
@@ -563,6 +542,9 @@ class _Handler(BaseHTTPRequestHandler):
         except sqlite3.Error as error:
             problem = Problem(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", f"inbox: {error}")
             self._reply_problem(problem, request)
+
+    # Every method goes through one router: the route says which method it accepts.
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
 
     def _handle(self, request: RequestLine) -> None:
         if request.path in SUMMARY_PATHS and request.method == "GET":

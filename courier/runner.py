@@ -92,8 +92,7 @@ __all__ = [
 IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 PAUSE_SLICE_S = 0.05
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
+_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (the primary codes)
 
 Log = Callable[[str], None]
 Send = Callable[[dict[str, Any]], bool]
@@ -265,7 +264,7 @@ def is_busy(error: sqlite3.Error) -> bool:
     """True if ``error`` is SQLite's "database is locked/busy" (worth retrying later)."""
     code = getattr(error, "sqlite_errorcode", None)
     if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+        return code & 0xFF in _SQLITE_BUSY_CODES
     return "locked" in str(error) or "busy" in str(error)
 
 
@@ -310,20 +309,13 @@ class FileRounds:
             self._opened = (now.st_dev, now.st_ino)
         return self._con
 
-    def __call__(
-        self,
-        target: Any,
-        owner: str,
-        clock: Callable[[], int],
-        send: Send,
-        jitter: float,
-        lease_ms: int,
-    ) -> dict[str, Any] | None:
+    def __call__(self, target: Any, *round_args: Any) -> dict[str, Any] | None:
+        """One ``Step``: ``round_args`` are run_file's after the path."""
         con = self._kept()
         if con is None:  # no queue file there: run_file says so, in its words
-            return worker.run_file(target, owner, clock, send, jitter, lease_ms)
+            return worker.run_file(target, *round_args)
         try:
-            return worker.run_once(con, owner, clock, send, jitter, lease_ms)
+            return worker.run_once(con, *round_args)
         except BaseException as error:
             if not (isinstance(error, sqlite3.Error) and is_busy(error)):
                 self.close()
@@ -366,18 +358,11 @@ class PgRounds:
         now: int = self._guarded(backend.server_clock_ms)
         return now
 
-    def __call__(
-        self,
-        target: Any,
-        owner: str,
-        clock: Callable[[], int],
-        send: Send,
-        jitter: float,
-        lease_ms: int,
-    ) -> dict[str, Any] | None:
+    def __call__(self, target: Any, *round_args: Any) -> dict[str, Any] | None:
+        """One ``Step``: ``round_args`` are run_file's after the path."""
         pgworker = backend.queue_module(self.conninfo)
         result: dict[str, Any] | None = self._guarded(
-            lambda con: pgworker.run_once(con, owner, clock, send, jitter, lease_ms)
+            lambda con: pgworker.run_once(con, *round_args)
         )
         return result
 
@@ -450,6 +435,8 @@ def _last_cause(send: Any) -> Cause | None:
     return None
 
 
+# The parameters name what the queue's calls name (owner, lease_ms, a send) in their
+# order: a deliberate likeness to pgworker's and worker's signatures, not a copy.
 def run_courier(
     path: Target,
     owner: str,
