@@ -447,8 +447,8 @@ def _couriers(results: dict[str, Any]) -> list[str]:
         "",
         *_para(
             "SQLite lets one writer in at a time, so N couriers together deliver at about the",
-            "rate of one; the runner backs off after a lock timeout (`database is locked` after",
-            f"the 1 s busy timeout). Every courier got at least {smallest_share:.2f} of the mean.",
+            "rate of one; they take turns at the file's writes (a `flock`), so none waits out the",
+            f"1 s busy timeout. Every courier got at least {smallest_share:.2f} of the mean.",
         ),
     ]
 

@@ -7,7 +7,9 @@ process instead of killing it.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -388,3 +390,56 @@ def test_rounds_on_a_file_follow_the_file_at_the_path(tmp_path: Path) -> None:
         rounds.close()
     assert delivered == ["first", "second"]
     assert not queue.exists()  # nothing was created
+
+
+def _turn_is_free(queue: Path) -> bool:
+    """True if another courier could take its turn at writing ``queue`` right now."""
+    fd = os.open(queue, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # which also gives the turn back
+    return True
+
+
+def test_a_round_writes_in_its_turn_and_sends_out_of_it(tmp_path: Path) -> None:
+    queue = queue_of(tmp_path, "a", "b")
+    free_while_sending: list[bool] = []
+
+    def send(event: dict[str, object]) -> bool:
+        free_while_sending.append(_turn_is_free(queue))
+        return True
+
+    rounds = FileRounds(queue)
+    results: list[dict[str, object] | None] = []
+    free_between: list[bool] = []
+    opened, go = threading.Event(), threading.Event()
+
+    def two_rounds() -> None:  # a connection is used and closed on the thread that made it
+        try:
+            results.append(rounds(queue, "c1", clock_ms, send, 0.0, 1000))
+            free_between.append(_turn_is_free(queue))  # given back when the round ends
+            opened.set()
+            if go.wait(WAIT_S):
+                results.append(rounds(queue, "c1", clock_ms, send, 0.0, 1000))
+        finally:
+            rounds.close()
+
+    courier = threading.Thread(target=two_rounds)
+    other = os.open(queue, os.O_RDONLY)  # another courier, about to hold its turn
+    try:
+        courier.start()
+        assert opened.wait(WAIT_S)
+        fcntl.flock(other, fcntl.LOCK_EX)
+        go.set()
+        courier.join(timeout=0.3)
+        assert courier.is_alive() and len(results) == 1  # the claim waits for its turn
+        fcntl.flock(other, fcntl.LOCK_UN)
+        courier.join(timeout=WAIT_S)
+    finally:
+        go.set()
+        os.close(other)
+    assert [result["id"] for result in results if result is not None] == ["a", "b"]
+    assert free_while_sending == [True, True] and free_between == [True]
