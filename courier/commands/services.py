@@ -176,7 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     owner = bulk.check_id("--owner", args.owner)
     limits = run_limits(args)
     backend.connect_existing(args.queue).close()  # never a queue made from a typo
-    send: Callable[[dict[str, Any]], bool] = HttpSend(args.url, owner, timeout_ms)
+    http = HttpSend(args.url, owner, timeout_ms)
+    send: Callable[[dict[str, Any]], bool] = http
     if args.stall_after_acks is not None:
         if args.stall_report is None:
             raise ValueError("--stall-after-acks needs --stall-report PATH")
@@ -201,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     finally:
         attempts.close()
+        http.close()
     statuses: dict[str, int] = {}
     for result in report.results:
         statuses[result["status"]] = statuses.get(result["status"], 0) + 1
