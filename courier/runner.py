@@ -304,11 +304,17 @@ class _Turn:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.held = False
+        self.works = True  # a file system without flock: no turns, SQLite's lock alone
 
     def take(self) -> None:
-        if not self.held:
+        if self.held or not self.works:
+            return
+        try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
-            self.held = True
+        except OSError:  # ENOLCK, EOPNOTSUPP: this file system keeps no flocks
+            self.works = False
+            return
+        self.held = True
 
     def give_back(self) -> None:
         if self.held:
