@@ -55,6 +55,19 @@ passes them over). The searches leave alone every row the quarantine takes
 (``deadline > now``, budget left), since the statement's parts share one
 snapshot.
 
+Planning: PostgreSQL plans a claim's statement afresh for every call (its
+estimates make the plan for unknown parameters look dearer), and planning it
+costs more than running it. So a single ``claim`` is planned once per connection:
+its statement asks for one row (``LIMIT 1``, written out, not a parameter), for
+which the plan for any parameters is the right one at every size (each queue
+read in seq order through its own index), and it runs in one implicit
+transaction with ``plan_cache_mode = force_generic_plan`` set for that
+transaction alone, both sent at once (a pipeline; one round trip). With a hook,
+or on a connection that is not in autocommit mode, BEGIN ... COMMIT surround the
+setting and the claim instead. ``claim_many`` keeps PostgreSQL's own choice: its
+``LIMIT`` is a parameter, for which a plan made without its value would read
+every live row, and a batch shares one plan among all its jobs.
+
 Seq numbers are an identity column: increasing in insert order, but a
 PostgreSQL sequence is not rolled back, so a rolled-back insert (a redrive
 whose hook failed, a concurrent intake of the same id) leaves a gap that
@@ -242,6 +255,11 @@ UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.to
     lease_until = least(%(now)s::bigint + %(lease_ms)s::bigint, jobs.deadline)
   FROM picked WHERE jobs.seq = picked.seq
   RETURNING jobs.seq, jobs.id, jobs.qty, jobs.token, jobs.attempts, jobs.lease_until"""
+
+# A single claim: the same statement asking for one row, planned once per
+# connection (see "Planning" above); _PLAN_ONCE lasts to the end of its transaction.
+_CLAIM_ONE = _CLAIM.replace("%(limit)s", "1")
+_PLAN_ONCE = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 # finish and finish_many: one compare-and-set UPDATE. A ticket is live only if
 # it matches the row in full and neither the lease nor the job's deadline has
@@ -696,10 +714,22 @@ def _lease(
 ) -> list[dict[str, Any]]:
     """Quarantine, then lease the lowest ``limit`` claimable jobs: one statement."""
     params = {"now": now_ms, "owner": owner, "limit": limit, "lease_ms": lease_ms}
-    with _statement_transaction(con, fault) as hooks:
-        leased = sorted(_rows(con, _CLAIM, params))
-        if leased:
-            hooks.reached("after-claim")
+    if limit == 1 and fault is None and con.autocommit and psycopg.Pipeline.is_supported():
+        with con.pipeline(), con.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(_PLAN_ONCE)  # the setting and the claim: one implicit transaction
+            cursor.execute(_CLAIM_ONE, params)
+            leased = sorted(cursor.fetchall())
+    elif limit == 1:
+        with _write_transaction(con, fault) as hooks:
+            con.execute(_PLAN_ONCE)
+            leased = sorted(_rows(con, _CLAIM_ONE, params))
+            if leased:
+                hooks.reached("after-claim")
+    else:
+        with _statement_transaction(con, fault) as hooks:
+            leased = sorted(_rows(con, _CLAIM, params))
+            if leased:
+                hooks.reached("after-claim")
     return [
         {
             "id": job_id,

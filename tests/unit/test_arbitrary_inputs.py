@@ -645,7 +645,15 @@ def _is_constant(node: ast.AST, constants: set[str]) -> bool:
         return _is_constant(node.left, constants) and _is_constant(node.right, constants)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         joins_literal = node.func.attr == "join" and isinstance(node.func.value, ast.Constant)
-        return joins_literal and all(_is_constant(arg, constants) for arg in node.args)
+        if joins_literal:
+            return all(_is_constant(arg, constants) for arg in node.args)
+        # CONSTANT.replace("literal", "literal"): a constant text with a literal swapped
+        swaps_literals = node.func.attr == "replace" and not node.keywords
+        return (
+            swaps_literals
+            and _is_constant(node.func.value, constants)
+            and all(isinstance(arg, ast.Constant) for arg in node.args)
+        )
     return False
 
 
@@ -795,6 +803,7 @@ _BY_ID = "SELECT qty FROM jobs WHERE id = ?"
 COLUMNS = ("id", "qty")
 _ALL = f"SELECT {', '.join(COLUMNS)} FROM jobs"
 _ONE = {column: f"SELECT {column} FROM jobs WHERE id = ?" for column in COLUMNS}
+_FIRST = _ALL.replace("FROM jobs", "FROM jobs LIMIT 1")
 
 def _row(con, sql, params):
     return con.execute(sql, params).fetchone()
@@ -810,6 +819,8 @@ def lookups(con, job_id, table):
     _row(con, _ONE[table], (job_id,))                           # fine: one of the constants
     _row(con, {"a": "SELECT " + table}[table], ())              # 6: a dict of a value
     con.execute(_ONE["id"])                                     # 7: placeholders, no values
+    con.execute(_FIRST)                                         # fine: literals swapped
+    con.execute(_ALL.replace("jobs", table))                    # 8: a value swapped in
 """
 
 
@@ -818,11 +829,12 @@ def test_the_sql_check_finds_sql_built_from_values() -> None:
     exec(UNSAFE_SOURCE, namespace)
     problems = sql_problems(UNSAFE_SOURCE, namespace)
     assert [problem.split(":")[0] for problem in problems] == [
-        "line 13",
         "line 14",
         "line 15",
         "line 16",
         "line 17",
-        "line 19",
+        "line 18",
         "line 20",
+        "line 21",
+        "line 23",
     ], problems
