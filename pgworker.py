@@ -714,20 +714,19 @@ def _lease(
 ) -> list[dict[str, Any]]:
     """Quarantine, then lease the lowest ``limit`` claimable jobs: one statement."""
     params = {"now": now_ms, "owner": owner, "limit": limit, "lease_ms": lease_ms}
-    if limit == 1 and fault is None and con.autocommit and psycopg.Pipeline.is_supported():
+    single = limit == 1  # planned once per connection (see "Planning")
+    if single and fault is None and con.autocommit and psycopg.Pipeline.is_supported():
         with con.pipeline(), con.cursor(row_factory=tuple_row) as cursor:
             cursor.execute(_PLAN_ONCE)  # the setting and the claim: one implicit transaction
             cursor.execute(_CLAIM_ONE, params)
             leased = sorted(cursor.fetchall())
-    elif limit == 1:
-        with _write_transaction(con, fault) as hooks:
-            con.execute(_PLAN_ONCE)
-            leased = sorted(_rows(con, _CLAIM_ONE, params))
-            if leased:
-                hooks.reached("after-claim")
     else:
-        with _statement_transaction(con, fault) as hooks:
-            leased = sorted(_rows(con, _CLAIM, params))
+        # A single claim needs a transaction of its own for _PLAN_ONCE to last into it.
+        transaction = _write_transaction if single else _statement_transaction
+        with transaction(con, fault) as hooks:
+            if single:
+                con.execute(_PLAN_ONCE)
+            leased = sorted(_rows(con, _CLAIM_ONE if single else _CLAIM, params))
             if leased:
                 hooks.reached("after-claim")
     return [

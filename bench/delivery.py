@@ -124,10 +124,16 @@ def _answer_200() -> Iterator[str]:
 def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
     """A server process: ``kind`` ``"HTTP"`` answers 200 at once, ``"receiver"`` is the
     real receiver on ``inbox``; its URL goes to ``ready``, and it serves until ``stop``."""
-    server = _answer_200() if kind == "HTTP" else Receiver(inbox)
-    with server as served:
-        ready.put(served if isinstance(served, str) else served.url)
+    with _answer_200() if kind == "HTTP" else _receiving(Path(inbox)) as url:
+        ready.put(url)
         stop.wait(READY_TIMEOUT_S * 10)
+
+
+@contextlib.contextmanager
+def _receiving(inbox: Path) -> Iterator[str]:
+    """The real receiver on ``inbox``, running; its URL."""
+    with Receiver(inbox) as receiver:
+        yield receiver.url
 
 
 @contextlib.contextmanager
