@@ -641,6 +641,8 @@ def _is_constant(node: ast.AST, constants: set[str]) -> bool:
         )
     if isinstance(node, ast.Subscript):  # one of a constant collection's texts
         return _is_constant(node.value, constants)
+    if isinstance(node, ast.IfExp):  # a choice between constants: the test picks no text
+        return _is_constant(node.body, constants) and _is_constant(node.orelse, constants)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         return _is_constant(node.left, constants) and _is_constant(node.right, constants)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -757,7 +759,10 @@ def sql_sites(tree: ast.Module) -> list[SqlSite]:
 
 def sql_texts(sql: ast.expr, namespace: dict[str, Any]) -> list[str]:
     """The SQL text(s) a constant expression stands for (each element of a tuple;
-    for ``STATEMENTS[key]``, every value of ``STATEMENTS``)."""
+    for ``STATEMENTS[key]``, every value of ``STATEMENTS``; for ``A if test else B``,
+    both)."""
+    if isinstance(sql, ast.IfExp):
+        return sql_texts(sql.body, namespace) + sql_texts(sql.orelse, namespace)
     picked = isinstance(sql, ast.Subscript)
     container = sql.value if isinstance(sql, ast.Subscript) else sql
     value = eval(compile(ast.Expression(container), "<sql>", "eval"), namespace)
@@ -821,6 +826,8 @@ def lookups(con, job_id, table):
     con.execute(_ONE["id"])                                     # 7: placeholders, no values
     con.execute(_FIRST)                                         # fine: literals swapped
     con.execute(_ALL.replace("jobs", table))                    # 8: a value swapped in
+    con.execute(_FIRST if job_id else _ALL)                     # fine: one of two constants
+    con.execute(_FIRST if job_id else table)                    # 9: or a value
 """
 
 
@@ -837,4 +844,5 @@ def test_the_sql_check_finds_sql_built_from_values() -> None:
         "line 20",
         "line 21",
         "line 23",
+        "line 25",
     ], problems
