@@ -164,20 +164,25 @@ _EXPIRED = "status = 'leased' AND lease_until <= %(now)s"
 
 # Partial indexes over the live rows only, so that a claim costs the same with
 # a long done/dead history as with none. Each serves the statement named above it.
+# A database made before an index was added gets it at the next open_queue.
 INDEXES = (
-    # _CLAIM: each pending queue in seq order ...
+    # _CLAIM: each claimable queue in seq order ...
     f"CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq ON jobs (seq) WHERE {_FRESH}",
     f"CREATE INDEX IF NOT EXISTS jobs_retried_by_seq ON jobs (seq) WHERE {_RETRIED}",
-    # ... the due retried rows by time, when fewer are due than wait ahead of them ...
+    "CREATE INDEX IF NOT EXISTS jobs_leased_by_seq ON jobs (seq) WHERE status = 'leased'",
+    # ... whether any retry or lease is due at all, by time (_DUE: one entry each) ...
     f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
   ON jobs (available_at) WHERE {_RETRIED}""",
-    # ... and expired leases; also the quarantine's three arms.
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
   ON jobs (lease_until) WHERE status = 'leased'""",
+    # ... and the quarantine's three arms: passed deadlines, spent pending rows, and
+    # expired leases on their last attempt (not every expired lease).
     """CREATE INDEX IF NOT EXISTS jobs_live_by_deadline
   ON jobs (deadline) WHERE status IN ('pending', 'leased')""",
     """CREATE INDEX IF NOT EXISTS jobs_pending_spent
   ON jobs (seq) WHERE status = 'pending' AND attempts >= max_attempts""",
+    """CREATE INDEX IF NOT EXISTS jobs_leased_spent
+  ON jobs (lease_until) WHERE status = 'leased' AND attempts >= max_attempts""",
 )
 _INDEX_NAMES = tuple(statement.split()[5] for statement in INDEXES)
 
@@ -228,8 +233,19 @@ _SEARCHES = (
     ("retried", f"{_RETRIED} AND available_at <= %(now)s"),
     ("expired", _EXPIRED),
 )
+# The retried and the expired queue are read, in seq order, only when one of their
+# rows is due: the earliest time of the queue (min() reads one entry of its index
+# by time, whatever the planner's estimates), asked once per statement (a one-time
+# filter, before the search reads a row). A pile of waiting retries or running
+# leases is then never read, and a crashed fleet's expired leases are read from the
+# lowest seq on, not sorted. (An empty queue's min() is NULL: not due.)
+_DUE = {
+    "fresh": "true",
+    "retried": f"(SELECT min(available_at) FROM jobs WHERE {_RETRIED}) <= %(now)s",
+    "expired": "(SELECT min(lease_until) FROM jobs WHERE status = 'leased') <= %(now)s",
+}
 _SEARCH = {
-    queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE}
+    queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE} AND {_DUE[queue]}
     ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
     for queue, where in _SEARCHES
 }
