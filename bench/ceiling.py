@@ -34,7 +34,7 @@ from typing import Any
 import worker
 from bench.measure import T0_MS
 from bench.ops import CYCLE_T0_MS, LEASE_MS, OWNER, TTL_MS, SingleCalls, event, run_phases
-from bench.rows import fill_dead, fill_pending
+from bench.rows import fill
 
 __all__ = ["CALLS", "Ceiling", "Paired", "measure", "rows_of"]
 
@@ -54,6 +54,13 @@ _SETTLE_DONE = """UPDATE jobs SET status = 'done', reason = NULL, available_at =
 _AUDIT = "INSERT INTO redrives (id, token, at_ms, note) VALUES (?, ?, ?, ?)"
 _REQUEUE = """UPDATE jobs SET status = 'pending', attempts = 0, available_at = ?,
   deadline = ?, owner = NULL, lease_until = NULL, reason = NULL WHERE seq = ?"""
+
+
+def fill_dead(con: sqlite3.Connection, n: int, now_ms: int, prefix: str = "dead-") -> None:
+    """``n`` jobs that spent their budget of 3: each can be redriven."""
+    fill(con, n, now_ms, prefix, status="dead", attempts=3, reason="exhausted", ttl_ms=2000)
+
+
 _ROWS_FROM = "SELECT seq, id, token, deadline FROM jobs WHERE seq > ? ORDER BY seq"
 _LAST_SEQ = "SELECT coalesce(max(seq), 0) FROM jobs"
 
@@ -132,7 +139,7 @@ class Ceiling:
         return 1
 
     def fill_for_cycle(self, count: int) -> None:
-        self._fill(fill_pending, count, CYCLE_T0_MS, "cycle-")
+        self._fill(fill, count, CYCLE_T0_MS, "cycle-")
 
     def cycle(self, i: int) -> int:
         now = CYCLE_T0_MS + 2 * i

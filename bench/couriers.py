@@ -26,7 +26,7 @@ from typing import Any
 
 import worker
 from bench.measure import collect
-from bench.rows import fill_pending
+from bench.rows import fill
 from courier.runner import clock_ms, is_busy
 
 __all__ = ["fleet_window", "process_reports", "run_couriers"]
@@ -124,7 +124,7 @@ def run_couriers(folder: Path, processes: int, seconds: float) -> dict[str, Any]
     path = folder / f"couriers-{processes}.sqlite"
     con = worker.open_queue(path)
     try:
-        fill_pending(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
+        fill(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
     finally:
         con.close()
     try:

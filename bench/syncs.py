@@ -30,7 +30,7 @@ import worker
 from bench.measure import T0_MS
 from bench.ops import batch_available
 from bench.peers import PEERS, installed, open_peer
-from bench.rows import fill_pending
+from bench.rows import fill
 
 __all__ = ["SCENARIOS", "count_syncs", "main", "syncs_table"]
 
@@ -80,7 +80,7 @@ def _worker(folder: Path, op: str, n: int, size: int) -> None:
     con = worker.open_queue(folder / "syncs.sqlite")
     jobs = n * size if op.endswith("_many") else n
     if op != "enqueue" and op != "enqueue_many":
-        fill_pending(con, jobs, T0_MS)
+        fill(con, jobs, T0_MS)
     tickets: list[dict[str, Any]] = []
     if op in ("finish", "finish_many"):
         tickets = [t for t in iter(lambda: worker.claim(con, "syncs", T0_MS, 60_000), None)]
