@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test demo fuzz mutants diagram explore bench bench-postgres bench-peers clean
+.PHONY: test nightly demo fuzz mutants diagram explore bench bench-postgres bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,12 +13,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-## test: ruff, mypy and the whole pytest suite (what CI runs)
+## test: ruff, mypy and the whole pytest suite (what CI runs), on two workers
+WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist worksteal
+
+## nightly: the whole suite with long draws and random seeds (the nightly profile, about
+## 30 min on 2 cores), see docs/testing.md
+nightly: $(STAMP)
+	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n $(WORKERS) --dist worksteal
 
 ## demo: the project's main job, two couriers on a temporary queue file
 demo: $(STAMP)

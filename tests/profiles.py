@@ -1,8 +1,12 @@
 """The hypothesis settings profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE``.
 
 - ``ci`` (default; what ``make test`` and ``.ci/run`` use): derandomized, so a
-  CI failure replays identically on any machine, sized to about 3 minutes of
-  stateful fuzzing on 2 cores.
+  CI failure replays identically on any machine, sized so that the whole of
+  ``make test`` stays under 5 minutes on 2 cores (every kind of test runs, each
+  short).
+- ``nightly`` (``make nightly``): the same suite with long draws, random seeds:
+  ten times the lockstep examples, five times the parallel programs, and the
+  soaks at their long sizes (``tests/processes/test_soak*.py``).
 - ``dev``: a quick local loop, random seeds, failures saved in ``.hypothesis``.
 - ``mutation``: what ``make mutants`` runs each mutant against; derandomized,
   no shrinking, so a mutant counts as killed only if a repeatable run finds it.
@@ -34,11 +38,16 @@ _SHRUNK_AND_PRINTED: dict[str, Any] = {
     "report_multiple_bugs": False,
     "suppress_health_check": _SLOW_IS_FINE,
 }
-# ci: 5,500 examples took about 3 minutes here (7,500 took 240 s). Up to 20 steps per
-# example: every planted bug needs at most 8, and a short program shrinks fast (40
-# steps made some shrinks take five minutes).
+# ci: 2,000 examples of up to 20 steps, 40,000 steps at most: as many as the mutation
+# profile's 1,000 x 40, which kills every mutant of worker.py that is not equivalent
+# (docs/testing.md); 44 s here (5,500 took 122 s). Up to 20 steps per example: every
+# planted bug needs at most 8, and a short program shrinks fast (40 steps made some
+# shrinks take five minutes).
 settings.register_profile(
-    "ci", max_examples=5500, stateful_step_count=20, derandomize=True, **_SHRUNK_AND_PRINTED
+    "ci", max_examples=2000, stateful_step_count=20, derandomize=True, **_SHRUNK_AND_PRINTED
+)
+settings.register_profile(
+    "nightly", max_examples=20_000, stateful_step_count=20, **_SHRUNK_AND_PRINTED
 )
 settings.register_profile("dev", max_examples=30, stateful_step_count=20, **_SHRUNK_AND_PRINTED)
 settings.register_profile(
@@ -77,6 +86,7 @@ class ParallelSizes:
 # draw every plant's first failure (at most 677 programs on SQLite, 41 on PostgreSQL).
 PARALLEL: dict[str, ParallelSizes] = {
     "ci": ParallelSizes(examples=1200, repeats=5, postgres_examples=200),
+    "nightly": ParallelSizes(examples=6000, repeats=5, postgres_examples=1000),
     "dev": ParallelSizes(examples=100, repeats=5, postgres_examples=50),
     "mutation": ParallelSizes(examples=200, repeats=1, postgres_examples=100),
     "fuzz": ParallelSizes(examples=1_000_000, repeats=10, postgres_examples=1_000_000),

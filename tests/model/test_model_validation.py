@@ -172,8 +172,15 @@ BAD_VALUES: dict[str, list[object]] = {
     "send": [None, *NOT_CALLABLE],
     "jitter": BAD_JITTERS,
 }
+# A bare object() is named by its type: its repr holds an address, and the ids must be
+# the same in every process that collects the suite.
 CASES = [
-    pytest.param(operation, argument, value, id=f"{operation}-{argument}-{value!r:.30}")
+    pytest.param(
+        operation,
+        argument,
+        value,
+        id=f"{operation}-{argument}-{'object()' if type(value) is object else repr(value):.30}",
+    )
     for operation, setup in CALLS.items()
     for argument in setup()[2]
     for value in BAD_VALUES[argument]
