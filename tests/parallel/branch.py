@@ -25,7 +25,7 @@ from typing import Any
 
 from tests.parallel.backends import Backend
 from tests.parallel.history import clock_ns, outcome_of, plain
-from tests.parallel.program import Call, Fault, InjectedFault, Send, SendCrash, TicketRef
+from tests.parallel.program import Call, Fault, Send, SendCrash, TicketRef
 
 Emit = Callable[[tuple[Any, ...]], None]
 Tickets = dict[tuple[str, int], list[dict[str, Any]]]
@@ -39,23 +39,12 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-# The real side of tests.parallel.spec.hook_for (the model's), alike on purpose.
 def hook(fault: Fault | None) -> Callable[[str], None] | None:
-    """The fault hook a call gets: ``None`` for no fault."""
+    """The fault hook a call gets (``None`` for no fault): a pause sleeps inside the
+    transaction, a kill is SIGKILL of this process."""
     if fault is None:
         return None
-
-    def at(point: str) -> None:
-        if point != fault.point:
-            return
-        if fault.kind == "raise":
-            raise InjectedFault(point)
-        if fault.kind == "pause":
-            time.sleep(fault.ms / 1000)
-        elif fault.kind == "kill":
-            die()
-
-    return at
+    return fault.hook(pause=lambda ms: time.sleep(ms / 1000), kill=lambda point: die())
 
 
 class Lane:

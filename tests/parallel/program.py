@@ -17,6 +17,7 @@ ticket that call 2 of branch 1 received", resolved while the branch runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,25 @@ class Fault:
 
     def __repr__(self) -> str:
         return f"{self.kind}@{self.point}" + (f" {self.ms}ms" if self.kind == "pause" else "")
+
+    def hook(
+        self, pause: Callable[[int], None], kill: Callable[[str], None]
+    ) -> Callable[[str], None]:
+        """The fault hook of this fault, for the real branch or for the model: at its
+        point it raises ``InjectedFault``, or calls ``pause(ms)`` or ``kill(point)``;
+        anywhere else it does nothing."""
+
+        def at(point: str) -> None:
+            if point != self.point:
+                return
+            if self.kind == "raise":
+                raise InjectedFault(point)
+            if self.kind == "pause":
+                pause(self.ms)
+            elif self.kind == "kill":
+                kill(point)
+
+        return at
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from model.lifecycle import CLAIM_ORDERS
 from model.queue import RETRY_BASE_MS, RETRY_CAP_MS
 from tests.parallel.checker import Choices, Operation
 from tests.parallel.history import Observed, frozen, outcome_of
-from tests.parallel.program import Fault, InjectedFault, Killed, Send
+from tests.parallel.program import Fault, Killed, Send
 from tests.support import Rows
 
 JobRows = tuple[tuple[Any, ...], ...]
@@ -222,22 +222,16 @@ def classified(send: Send, ticket: dict[str, Any], jitter: float) -> tuple[str, 
     return "ok", 0
 
 
-# The model's side of tests.parallel.branch.hook, alike on purpose: where the branch
-# SIGKILLs itself the model raises Killed, and a pause changes nothing in the model.
 def hook_for(fault: Fault | None) -> Callable[[str], None] | None:
-    """The model's fault hook for ``fault`` (``None``: no hook at all)."""
+    """The model's fault hook for ``fault`` (``None``: no hook at all): where the branch
+    SIGKILLs itself the model raises ``Killed``, and a pause changes nothing in the model."""
     if fault is None:
         return None
 
-    def hook(point: str) -> None:
-        if point != fault.point:
-            return
-        if fault.kind == "raise":
-            raise InjectedFault(point)
-        if fault.kind == "kill":
-            raise Killed(point)
+    def killed(point: str) -> None:
+        raise Killed(point)
 
-    return hook
+    return fault.hook(pause=lambda ms: None, kill=killed)
 
 
 CLAIMS = ("claim", "claim_many")
