@@ -661,6 +661,8 @@ def _intake(
 # --- 4. claim ------------------------------------------------------------------
 # claim and claim_many: worker.py's signatures, argument checks and contract text,
 # deliberately restated (rule 1; tests/contract runs both); the statements are its own.
+# Their argument checks are alike on purpose too: each call checks its own arguments
+# in its own signature's order, where a reader of that call looks for them.
 
 
 def claim(

@@ -595,6 +595,8 @@ def claim(
     now_ms = _now_ms("now_ms", now_ms)
     lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
     fault = _optional_hook(fault)
+    # The same shape as finish's, deliberately: the change, "nothing changed" with no
+    # hook, then the hook point (rule 5 read as code, once per call).
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
         ticket = _lease_next(con, owner, now_ms, lease_ms)
@@ -747,6 +749,7 @@ def finish(
     now_ms = _now_ms("now_ms", now_ms)
     delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
     fault = _optional_hook(fault)
+    # The same shape as claim's, deliberately (see there).
     with _write_transaction(con, fault) as hooks:
         status = _settle(con, ticket, outcome, now_ms, delay_ms)
         if status is None:
