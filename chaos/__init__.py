@@ -11,7 +11,12 @@ frozen; makes the receiver answer slowly, time out, fail with 5xx or 4xx, drop t
 connection after its commit, or go down for a moment; holds the queue's write lock
 past the couriers' busy timeout; and redrives dead jobs as an operator would
 (``python -m courier redrive``). Then chaos stops, healthy couriers drain the
-queue, and a checker reads the queue file and the receiver's inbox.
+queue, and a checker reads the queue file and the receiver's inbox. The first
+round of chaos (every kind once, early) is forced: each of its events waits for
+something to act on, the kill inside a hook, the pause in flight and the partition
+are done to a courier followed until it has shown their effect, and the chaos
+phase does not end before they have; so a short run under any load shows what a
+long one does, and a run where one did not show fails.
 
 With ``--postgres`` the queue is a database on a throwaway PostgreSQL server
 instead, and each courier runs on a simulated host of its own (a network
@@ -40,6 +45,7 @@ The parts, one noun each: ``schedule`` (the plan), ``child`` (a courier child),
 ``receiver`` (the receiver's faults), ``intake`` (the producer), ``operator``
 (redrives and a held write lock), ``store`` (the queue as the supervisor reaches
 it), ``pgserver`` (the PostgreSQL server), ``hosts`` (the simulated hosts),
-``tally`` (what the chaos did), ``run`` (one whole soak), ``report`` (the checker
-and its table) and ``cli`` (``python -m chaos --help``).
+``witness`` (a courier a forced event was done to), ``tally`` (what the chaos
+did), ``run`` (one whole soak), ``report`` (the checker and its table) and
+``cli`` (``python -m chaos --help``).
 """

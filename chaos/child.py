@@ -13,6 +13,9 @@ two additions the checker needs:
 
 The ``X-Courier`` header of each delivery is ``sender_name(owner, pid)``, so the
 receiver's chaos can act on the very process that sent a delivery it committed.
+Its send also freezes the process on request (``FreezeOnRequest``), right after
+a delivery's answer and before the queue's ``finish``: the moment a forced pause
+in flight or partition needs, reached by construction rather than by timing.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ __all__ = [
     "CourierStart",
     "DrillHook",
     "EventLog",
+    "FreezeOnRequest",
     "RecordedRounds",
     "add_courier_options",
     "chaos_command",
     "courier_main",
     "drill_round",
+    "freeze_request",
     "sender_name",
     "sender_pid",
 ]
@@ -73,6 +78,11 @@ def sender_pid(sender: str | None) -> int | None:
     return int(pid) if owner and separator and pid.isascii() and pid.isdigit() else None
 
 
+def freeze_request(events: Path) -> Path:
+    """The file whose existence asks the courier with the event log ``events`` to freeze."""
+    return events.with_suffix(".freeze")
+
+
 class EventLog:
     """A courier's own record: one JSON object per line, flushed as it is written."""
 
@@ -87,6 +97,40 @@ class EventLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+class FreezeOnRequest:
+    """A ``send`` that stops its own process after a delivery, when asked to.
+
+    The supervisor asks by creating ``request`` (``freeze_request``). After the
+    next call of ``send`` returns or raises, this courier takes the request (it
+    removes the file; one removed by the supervisor first is withdrawn), logs a
+    ``frozen`` line with the job's id and SIGSTOPs itself, still holding its
+    ticket: its ``finish`` reads the clock only once the supervisor's SIGCONT
+    has come. A courier that is stopping (``stop``) takes no request.
+    """
+
+    def __init__(self, send: Send, events: EventLog, request: Path, stop: StopSignal) -> None:
+        self.send = send
+        self.events = events
+        self.request = request
+        self.stop = stop
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        try:
+            return self.send(event)
+        finally:
+            self._freeze_if_asked(str(event.get("id")))
+
+    def _freeze_if_asked(self, job: str) -> None:
+        if self.stop.is_set():
+            return
+        try:
+            self.request.unlink()
+        except FileNotFoundError:
+            return
+        self.events.write("frozen", id=job)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class DrillHook:
@@ -208,11 +252,13 @@ class CourierStart:
         rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
         return cls(stop, drill, events, rng)
 
-    def announce(self, args: argparse.Namespace) -> HttpSend:
-        """Write the ``start`` line; return the courier's send (``X-Courier``: ``sender_name``)."""
+    def announce(self, args: argparse.Namespace) -> FreezeOnRequest:
+        """Write the ``start`` line; return the courier's send: an ``HttpSend``
+        (``X-Courier``: ``sender_name``) that freezes on request (``FreezeOnRequest``)."""
         drill = None if self.drill is None else self.drill.name
         self.events.write("start", owner=args.owner, drill=drill)
-        return HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        return FreezeOnRequest(send, self.events, freeze_request(args.events), self.stop)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -5,7 +5,10 @@
 n-th well-formed delivery gets ``chaos.schedule.receiver_fault(seed, n)``. An armed
 event (a kill, a pause or a partition after commit) waits for the next delivery
 that commits, from any courier that may be signalled, and is then fired at that
-delivery's sender.
+delivery's sender. A forced outage (the first round's) lasts its time and at
+least until it has refused one delivery, so that every run has a delivery
+refused by the receiver; ``forced_pending`` says whether a forced event still
+waits for its delivery.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections import Counter, deque
 
 from chaos.fleet import Fleet
-from chaos.schedule import ChaosEvent, Config, receiver_fault
+from chaos.schedule import OUTAGE, ChaosEvent, Config, receiver_fault
 from chaos.tally import ChaosCounts
 from courier.receiver import Fault, Verdict
 
@@ -34,14 +37,24 @@ class ReceiverChaos:
         self._enabled = True
         self._ordinal = 0
         self._outage_until = 0.0
+        self._outage_must_refuse = False
         self._armed: deque[ChaosEvent] = deque()
 
     def disable(self) -> None:
-        """Stop injecting anything; armed events that never fired are counted."""
+        """Stop injecting anything; armed events that never fired are counted, and
+        so are forced events that never found their delivery."""
         with self._lock:
             self._enabled = False
             self.counts.armed_left = len(self._armed)
+            self.counts.forced_left += [event.kind for event in self._armed if event.forced]
+            if self._outage_must_refuse:
+                self.counts.forced_left.append(OUTAGE)
             self._armed.clear()
+
+    def forced_pending(self) -> bool:
+        """A forced event is armed, or a forced outage has refused nothing yet."""
+        with self._lock:
+            return self._outage_must_refuse or any(event.forced for event in self._armed)
 
     def arm(self, event: ChaosEvent) -> bool:
         """Fire ``event`` (kill, pause, partition) at the sender of the next committed delivery."""
@@ -49,10 +62,12 @@ class ReceiverChaos:
             self._armed.append(event)
         return True
 
-    def outage(self, duration_ms: int) -> bool:
-        """Answer 503 to every delivery for ``duration_ms``."""
+    def outage(self, duration_ms: int, forced: bool = False) -> bool:
+        """Answer 503 to every delivery for ``duration_ms`` (and, if ``forced``, until
+        one delivery was refused)."""
         with self._lock:
             self._outage_until = time.monotonic() + duration_ms / 1000
+            self._outage_must_refuse = self._outage_must_refuse or forced
             self.counts.outages += 1
         return True
 
@@ -61,7 +76,8 @@ class ReceiverChaos:
         with self._lock:
             if not self._enabled:
                 return None
-            if time.monotonic() < self._outage_until:
+            if time.monotonic() < self._outage_until or self._outage_must_refuse:
+                self._outage_must_refuse = False
                 self.faults["outage 503"] += 1
                 return Fault(status=503)
             self._ordinal += 1

@@ -21,6 +21,13 @@ later ticket, a higher token); a run with partitions but no late finish refused 
 with pauses in flight but no stale finish does. Reconnects are the couriers'
 own ``reconnect`` lines.
 
+The **forced events** (``chaos.witness``) are read back from their witnesses' own
+event logs: the forced drill's courier died at its hook; the courier frozen in
+flight had its finish of the job it held refused as stale; the courier cut off
+lost its connection, reconnected, had its late finish refused, and another host
+took its job over. A forced event that was never played, or whose witness does
+not show that, fails the run: a run that happens to be quiet must not pass.
+
 A job quarantined as ``dead`` may still have had its effect applied: that is the
 gap the contract does not claim to close, counted, never a failure.
 """
@@ -35,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.fleet import CourierProcess
-from chaos.schedule import HOOK_POINTS, Config
+from chaos.schedule import HOOK_POINTS, PAUSE_IN_FLIGHT, Config
 from chaos.tally import ChaosCounts
+from chaos.witness import DRILL
 from courier import audit
 
 __all__ = ["Observed", "ProcessRecord", "check", "process_record", "render_table"]
@@ -207,13 +215,31 @@ def _late_finish(events: list[dict[str, Any]]) -> str:
     return "none (the courier was killed first)"
 
 
-def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
-    """What became of each host cut off and of the job it was delivering."""
-    tickets: dict[str, list[tuple[int, str]]] = defaultdict(list)  # id -> (token, host)
+Tickets = dict[str, list[tuple[int, str]]]  # job id -> (token, host) of every ticket logged
+
+
+def _tickets(processes: list[ProcessRecord]) -> Tickets:
+    tickets: Tickets = defaultdict(list)
     for record in processes:
         for event in record.events:
             if event.get("event") in ("claimed", "result"):
                 tickets[str(event["id"])].append((int(event["token"]), _host(record.owner)))
+    return tickets
+
+
+def _taken_over(tickets: Tickets, job: object, held: int | None, owner: str) -> bool:
+    """Whether a courier on another host than ``owner``'s logged a later ticket for ``job``."""
+    later = [host for token, host in tickets.get(str(job), []) if held is not None and token > held]
+    return any(host != _host(owner) for host in later)
+
+
+def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
+    """What became of each host cut off and of the job it was delivering.
+
+    The ticket the cut-off courier held is the partition's ``token`` if the
+    supervisor knew it (the forced partition), else its highest logged for the job.
+    """
+    tickets = _tickets(processes)
     outcomes: Counter[str] = Counter()
     taken_over = 0
     for cut in counts.partitions:
@@ -226,12 +252,8 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
             if e.get("event") in ("claimed", "result") and e.get("id") == job
         ]
         outcomes[_late_finish(mine)] += 1
-        held = max((int(e["token"]) for e in mine), default=None)
-        later = [
-            host for token, host in tickets.get(str(job), []) if held is not None and token > held
-        ]
-        if any(host != _host(owner) for host in later):
-            taken_over += 1
+        held = cut.get("token", max((int(e["token"]) for e in mine), default=None))
+        taken_over += _taken_over(tickets, job, held, owner)
     events = [e for p in processes for e in p.events]
     return {
         "partitions": len(counts.partitions),
@@ -245,6 +267,60 @@ def partition_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> di
             1 for e in events if e.get("event") == "result" and e.get("retried")
         ),
         "cuts": counts.partitions,
+    }
+
+
+def _after_frozen(record: ProcessRecord, job: object) -> list[dict[str, Any]]:
+    """The events ``record`` logged after it froze holding ``job`` (its last such line)."""
+    frozen = [
+        n for n, e in enumerate(record.events) if e.get("event") == "frozen" and e.get("id") == job
+    ]
+    return record.events[frozen[-1] + 1 :] if frozen else []
+
+
+def _witness_outcome(
+    witness: dict[str, Any], record: ProcessRecord | None, tickets: Tickets
+) -> tuple[bool, str]:
+    """Whether one forced event's witness shows its effect, and what it shows."""
+    if record is None:
+        return False, "no such courier"
+    if witness["kind"] == DRILL:
+        ending = _exit_kind(record)
+        return ending == f"died at hook {record.drill}", ending
+    after = _after_frozen(record, witness["job"])
+    finish = _late_finish([e for e in after if e.get("id") == witness["job"]])
+    if witness["kind"] == PAUSE_IN_FLIGHT:
+        return finish == "refused (stale)", f"its finish: {finish}"
+    seen = {str(e.get("event")) for e in after}
+    parts = {
+        "lost its connection": "disconnect" in seen,
+        "reconnected": "reconnect" in seen,
+        "late finish refused": finish == "refused (stale)",
+        "job taken over by another host": _taken_over(
+            tickets, witness["job"], witness["token"], record.owner
+        ),
+    }
+    shown = ", ".join(name if held else f"NOT {name}" for name, held in parts.items())
+    return all(parts.values()), f"{shown} (its finish: {finish})"
+
+
+def witness_figures(processes: list[ProcessRecord], counts: ChaosCounts) -> dict[str, Any]:
+    """The forced events: those never played, and what each witness shows."""
+    tickets = _tickets(processes)
+    witnesses = []
+    for witness in counts.witnesses:
+        key = (witness["owner"], witness["incarnation"])
+        record = next(
+            (p for p in processes if (p.owner, p.incarnation) == key and not p.healthy), None
+        )
+        shown, outcome = _witness_outcome(witness, record, tickets)
+        witnesses.append({**witness, "shown": shown, "outcome": outcome})
+    return {
+        "not_played": list(counts.forced_left),
+        "witnesses": witnesses,
+        "not_shown": [
+            f"{w['kind']} on {w['owner']}: {w['outcome']}" for w in witnesses if not w["shown"]
+        ],
     }
 
 
@@ -295,6 +371,7 @@ def check(obs: Observed) -> dict[str, Any]:
     fencing["stale_overwrites"] = stale_overwrites(obs.processes, obs.files.jobs)
     processes = process_figures(obs.processes)
     partitions = partition_figures(obs.processes, obs.counts)
+    forced = witness_figures(obs.processes, obs.counts)
     from_logs = {
         "stale overwrites": len(fencing["stale_overwrites"]),
         "tickets finished twice": len(fencing["tickets_finished_twice"]),
@@ -302,11 +379,16 @@ def check(obs: Observed) -> dict[str, Any]:
         "intake surprises": len(obs.intake_surprises),
         "courier crashes": len(processes["crashes"]),
         "unexplained kills": processes["unexplained_kills"],
+        "forced events not played or not shown": len(forced["not_played"])
+        + len(forced["not_shown"]),
     }
     failures = files.failures()
     failures += [f"{name} = {value} (must be 0)" for name, value in from_logs.items() if value]
-    # A courier frozen in flight (after the receiver's commit, before its answer) for
-    # longer than its lease must come back to a stale finish: the fencing at work.
+    failures += [f"forced {kind} never played" for kind in forced["not_played"]]
+    failures += [f"forced {line}" for line in forced["not_shown"]]
+    # A courier frozen in flight (after the receiver's commit, before the queue's
+    # finish) for longer than its lease must come back to a stale finish: the fencing
+    # at work. The forced pause in flight makes sure there is one, and says which.
     frozen = obs.counts.pauses["in flight"]
     if frozen and not fencing["stale_finishes_rejected"]:
         failures.append(f"stale finishes = 0 after {frozen} pauses in flight (must be > 0)")
@@ -329,6 +411,7 @@ def check(obs: Observed) -> dict[str, Any]:
         "fencing": fencing,
         "hosts": obs.hosts,
         "partitions": partitions,
+        "forced": forced,
         "processes": processes,
         "chaos": _chaos_figures(obs, processes),
         "locks": {
@@ -390,6 +473,20 @@ def _chaos_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("receiver outages / write-lock holds", f"{chaos['outages']} / {holds}", ""),
         ("operator redrives", _pairs(chaos["redrives"]), ""),
         *_partition_rows(report),
+        *_forced_rows(report),
+    ]
+
+
+def _forced_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+    forced = report["forced"]
+    shown = sum(1 for w in forced["witnesses"] if w["shown"])
+    return [
+        (
+            "forced events shown by their witness / played",
+            f"{shown} / {len(forced['witnesses'])}",
+            "",
+        ),
+        *((f"  forced {w['kind']} on {w['owner']}", w["outcome"], "") for w in forced["witnesses"]),
     ]
 
 

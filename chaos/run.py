@@ -2,8 +2,10 @@
 
 ``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` as its
 knobs) and the fleet, feeds the intake and follows the schedule until every planned
-job was enqueued and none is pending or leased, or ``config.seconds`` have passed;
-then it stops the chaos (receiver faults off, frozen couriers resumed, every courier
+job was enqueued and none is pending or leased and every forced event has been
+played and shown (``chaos.witness``), or ``config.seconds`` have passed; a forced
+event that finds nothing to act on waits for it instead of being skipped. Then it
+stops the chaos (receiver faults off, frozen couriers resumed, every courier
 asked to stop and killed if it has not), lets healthy couriers drain the queue
 within ``config.recovery_seconds``, and hands both files and every event log to
 ``chaos.report.check``. Every loop is bounded in count and time, and every child is
@@ -92,22 +94,39 @@ class Rig:
     counts: ChaosCounts
 
 
-def apply_chaos(event: ChaosEvent, rig: Rig) -> None:
-    """Do one scheduled chaos event; count it as skipped if it found nothing to act on."""
+def apply_chaos(event: ChaosEvent, rig: Rig) -> bool:
+    """Do one scheduled chaos event; ``False`` if it found nothing to act on.
+
+    A forced pause in flight or partition is asked of a courier (``Fleet.force``);
+    the others are armed at the receiver. While a forced pause in flight is due or
+    finishing (``Fleet.quiet``) nobody is paused and the write lock is not taken.
+    """
     if event.kind == KILL:
-        done = rig.fleet.kill_target(event.target)
-    elif event.kind == PAUSE:
-        done = rig.fleet.pause_target(event)
-    elif event.kind in (KILL_AFTER_COMMIT, PAUSE_IN_FLIGHT, PARTITION):
-        done = rig.receiver_chaos.arm(event)
-    elif event.kind == HOLD_LOCK:
-        done = rig.lock.hold(event.duration_ms)
-    elif event.kind == OUTAGE:
-        done = rig.receiver_chaos.outage(event.duration_ms)
-    else:
-        done = rig.operator.redrive(event.target, rig.intake)
-    if not done:
-        rig.counts.skipped[event.kind] += 1
+        return rig.fleet.kill_target(event.target)
+    if event.kind == PAUSE:
+        return rig.fleet.pause_target(event)
+    if event.forced and event.kind in (PAUSE_IN_FLIGHT, PARTITION):
+        return rig.fleet.force(event)
+    if event.kind in (KILL_AFTER_COMMIT, PAUSE_IN_FLIGHT, PARTITION):
+        return rig.receiver_chaos.arm(event)
+    if event.kind == HOLD_LOCK:
+        return not rig.fleet.quiet and rig.lock.hold(event.duration_ms)
+    if event.kind == OUTAGE:
+        return rig.receiver_chaos.outage(event.duration_ms, event.forced)
+    return rig.operator.redrive(event.target, rig.intake)
+
+
+def _play(events: list[ChaosEvent], rig: Rig) -> list[ChaosEvent]:
+    """Apply ``events``; return the forced ones that must wait (the others are skipped)."""
+    waiting = []
+    for event in events:
+        if apply_chaos(event, rig):
+            continue
+        if event.forced:
+            waiting.append(event)
+        else:
+            rig.counts.skipped[event.kind] += 1
+    return waiting
 
 
 def _progress(rig: Rig, elapsed_s: float, out: Out) -> None:
@@ -126,8 +145,10 @@ def _progress(rig: Rig, elapsed_s: float, out: Out) -> None:
 def run_chaos(rig: Rig, out: Out) -> str:
     """The chaos phase: feed jobs and follow the schedule; return why it ended.
 
-    It ends ``drained`` once every planned enqueue was made and no job is
-    pending or leased, or ``time`` after ``config.seconds``.
+    It ends ``drained`` once every planned enqueue was made, no job is pending or
+    leased, every forced event was played and the fleet is at rest (every
+    witness settled, no restart due), or ``time`` after ``config.seconds``; forced
+    events still waiting then are counted in ``forced_left``.
     """
     schedule = deque(plan_chaos(rig.config))
     first_round_ms = max(
@@ -137,6 +158,7 @@ def run_chaos(rig: Rig, out: Out) -> str:
     ends_at = started + rig.config.seconds
     rig.fleet.start_all(ends_at)
     next_progress = started + PROGRESS_S
+    waiting: list[ChaosEvent] = []  # forced events that found nothing to act on yet
     for _ in range(int(rig.config.seconds / TICK_S) + 1):
         now = time.monotonic()
         if now >= ends_at:
@@ -144,19 +166,29 @@ def run_chaos(rig: Rig, out: Out) -> str:
         rig.fleet.tick(now)
         rig.lock.tick(now)
         rig.operator.tick()
-        unfinished = None if rig.lock.held else rig.intake.feed()
-        if rig.intake.done and unfinished == 0:
+        # The intake waits while the lock is held, and while a forced pause in flight
+        # must find the write lock free (a burst of enqueues could hold it too long).
+        unfinished = None if rig.lock.held or rig.fleet.quiet else rig.intake.feed()
+        if rig.intake.done and unfinished == 0 and _forced_done(rig, waiting):
             return "drained"
         elapsed_ms = (now - started) * 1000
+        due = []
         while schedule and schedule[0].at_ms <= elapsed_ms:
-            apply_chaos(schedule.popleft(), rig)
+            due.append(schedule.popleft())
+        waiting = _play(waiting + due, rig)
         if elapsed_ms > first_round_ms:
             rig.intake.release()
         if now >= next_progress:
             _progress(rig, now - started, out)
             next_progress = now + PROGRESS_S
         time.sleep(TICK_S)
+    rig.counts.forced_left += [event.kind for event in waiting]
     return "time"
+
+
+def _forced_done(rig: Rig, waiting: list[ChaosEvent]) -> bool:
+    """Every forced event was played and has shown its effect."""
+    return not waiting and not rig.receiver_chaos.forced_pending() and rig.fleet.at_rest()
 
 
 def _observe(
@@ -262,6 +294,7 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
             on_commit=receiver_chaos.on_commit,
         )
         with receiver:
+            lock = LockHolder(site.store, counts)
             fleet = Fleet(
                 config,
                 site.target,
@@ -272,6 +305,8 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
                 counts,
                 site.child,
                 site.hosts,
+                lock_held=lambda: lock.held,
+                can_be_taken_over=site.store.can_be_taken_over,
             )
             receiver_chaos.fleet = fleet
             ops = plan_intake(config.seed, config.jobs)
@@ -281,7 +316,7 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
                 fleet,
                 receiver_chaos,
                 intake,
-                LockHolder(site.store, counts),
+                lock,
                 Operator(children, site.store, paths.logs, counts),
                 counts,
             )

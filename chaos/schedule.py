@@ -7,6 +7,12 @@ with a string naming what it plans (``"chaos:<seed>"``), so the same seed gives 
 same plan whatever else a run does; what the real processes are doing at each
 moment is the scheduler's business, so two runs with one seed are alike, not
 identical. Nothing here starts a process or touches a file.
+
+The first round of chaos (every kind once, the redrive aside) is **forced**
+(``ChaosEvent.forced``), and so is the first courier's first drill
+(``FORCED_DRILL``): the supervisor makes each of them happen and show its effect
+in every run, however loaded the machine (``chaos.witness``), so that a short run
+proves as much about each kind as a long one.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from courier.receiver import MAX_REPLY_DELAY_MS, Fault
 
 __all__ = [
     "CHAOS_KINDS",
+    "FORCED_DRILL",
     "HOOK_POINTS",
     "PARTITION",
     "RECEIVER_FAULT_SHARES",
@@ -55,14 +62,15 @@ HOLD_LOCK = "hold-lock"
 OUTAGE = "outage"
 REDRIVE = "redrive"
 PARTITION = "partition"
-CHAOS_KINDS = (KILL, KILL_AFTER_COMMIT, PAUSE, PAUSE_IN_FLIGHT, HOLD_LOCK, OUTAGE, REDRIVE)
-CHAOS_WEIGHTS = (5, 3, 2, 3, 1, 1, 2)
+# In the order of the first round: what takes longest to play out comes first.
+CHAOS_KINDS = (PAUSE_IN_FLIGHT, KILL_AFTER_COMMIT, KILL, PAUSE, HOLD_LOCK, OUTAGE, REDRIVE)
+CHAOS_WEIGHTS = (3, 3, 5, 2, 1, 1, 2)
 # With simulated hosts (``Config.hosts``) the driver also cuts a host off while it
-# holds a lease, for 2-4 leases, then heals it.
+# holds a lease, for 2-4 leases, then heals it; in the first round, first of all.
 PARTITION_WEIGHT = 5
 PARTITION_LEASES = (2, 4)
-FIRST_CHAOS_MS = 3_000  # let the first couriers start before anything happens
-FIRST_CHAOS_GAP_MS = 700
+FIRST_CHAOS_MS = 1_500  # let the first couriers start before anything happens
+FIRST_CHAOS_GAP_MS = 300
 MAX_CHAOS_EVENTS = 100_000
 REPLACE_SHARE = 0.5  # a paused courier gets a same-named replacement while frozen
 BUSY_TIMEOUT_MS = 1_000  # worker.open_queue's busy timeout
@@ -78,6 +86,9 @@ HOOK_POINTS: tuple[tuple[str, str], ...] = (
 )
 DRILL_SHARE = 0.35  # of restarted incarnations; every first incarnation has one
 DRILL_ROUNDS = (3, 40)
+# (courier index, incarnation) whose drill is forced: armed from its first round,
+# at claim's after-claim point, so it dies at its first claim (``chaos.witness``).
+FORCED_DRILL = (0, 0)
 
 # Per delivery, in this order; the rest is delivered normally.
 RECEIVER_FAULT_SHARES: tuple[tuple[str, float], ...] = (
@@ -168,7 +179,9 @@ class ChaosEvent:
 
     ``target`` picks a courier (modulo their number); ``duration_ms`` is how long a
     pause, a held lock or an outage lasts; ``replace`` starts a same-named
-    replacement while a paused courier is frozen.
+    replacement while a paused courier is frozen; a ``forced`` event (the first
+    round's) waits for something to act on instead of being skipped, and the
+    chaos phase does not end before it has been played and shown its effect.
     """
 
     at_ms: int
@@ -176,6 +189,7 @@ class ChaosEvent:
     target: int
     duration_ms: int = 0
     replace: bool = False
+    forced: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,35 +252,42 @@ def plan_intake(seed: int, jobs: int) -> list[IntakeOp]:
     return ops
 
 
-def _chaos_event(rng: random.Random, kind: str, at_ms: int, config: Config) -> ChaosEvent:
+def _chaos_event(
+    rng: random.Random, kind: str, at_ms: int, config: Config, forced: bool = False
+) -> ChaosEvent:
     target = rng.randrange(config.couriers)
+    duration = 0
+    replace = False
     if kind in (PAUSE, PAUSE_IN_FLIGHT):
         duration = rng.randint(config.lease_ms * 3 // 2, config.lease_ms * 3)
-        return ChaosEvent(at_ms, kind, target, duration, rng.random() < REPLACE_SHARE)
-    if kind == HOLD_LOCK:
-        return ChaosEvent(at_ms, kind, target, rng.randint(*HOLD_LOCK_MS))
-    if kind == OUTAGE:
-        return ChaosEvent(at_ms, kind, target, rng.randint(*OUTAGE_MS))
-    if kind == PARTITION:
+        replace = rng.random() < REPLACE_SHARE
+    elif kind == HOLD_LOCK:
+        duration = rng.randint(*HOLD_LOCK_MS)
+    elif kind == OUTAGE:
+        duration = rng.randint(*OUTAGE_MS)
+    elif kind == PARTITION:
         low, high = PARTITION_LEASES
-        return ChaosEvent(
-            at_ms, kind, target, rng.randint(low * config.lease_ms, high * config.lease_ms)
-        )
-    return ChaosEvent(at_ms, kind, target)
+        duration = rng.randint(low * config.lease_ms, high * config.lease_ms)
+    return ChaosEvent(at_ms, kind, target, duration, replace, forced)
 
 
 def chaos_kinds(config: Config) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """The kinds of chaos of a run and their weights: partitions only with hosts."""
+    """The kinds of chaos of a run, in the first round's order, and their weights:
+    partitions only with hosts (and then first)."""
     if config.hosts:
-        return (*CHAOS_KINDS, PARTITION), (*CHAOS_WEIGHTS, PARTITION_WEIGHT)
+        return (PARTITION, *CHAOS_KINDS), (PARTITION_WEIGHT, *CHAOS_WEIGHTS)
     return CHAOS_KINDS, CHAOS_WEIGHTS
 
 
 def plan_chaos(config: Config) -> list[ChaosEvent]:
-    """The chaos schedule: every kind once early (so a short run sees each), then random.
+    """The chaos schedule: every kind once early and forced (so a short run sees
+    each), then random.
 
-    After the first round, events come as a Poisson stream of ``chaos_per_s`` per
-    second with ``CHAOS_WEIGHTS``, up to the chaos phase's time bound.
+    The first round starts ``FIRST_CHAOS_MS`` into the run, one kind every
+    ``FIRST_CHAOS_GAP_MS`` in ``chaos_kinds`` order, each ``forced`` but the
+    redrive (a run may have no dead job to redrive). After it, events
+    come as a Poisson stream of ``chaos_per_s`` per second with the kinds'
+    weights, up to the chaos phase's time bound.
     """
     rng = random.Random(f"chaos:{config.seed}")
     kinds, weights = chaos_kinds(config)
@@ -274,7 +295,7 @@ def plan_chaos(config: Config) -> list[ChaosEvent]:
     events: list[ChaosEvent] = []
     at_ms = FIRST_CHAOS_MS
     for kind in kinds:
-        events.append(_chaos_event(rng, kind, at_ms, config))
+        events.append(_chaos_event(rng, kind, at_ms, config, forced=kind != REDRIVE))
         at_ms += FIRST_CHAOS_GAP_MS
     for _ in range(MAX_CHAOS_EVENTS):
         at_ms += 1 + int(rng.expovariate(config.chaos_per_s) * 1000)
@@ -291,12 +312,14 @@ def drill_for(seed: int, courier_index: int, incarnation: int) -> Drill | None:
     Every first incarnation has one and the hook points go round-robin over the
     couriers and their restarts, so a run with four couriers or more hits every
     hook point; a restarted incarnation has one with probability ``DRILL_SHARE``.
+    The ``FORCED_DRILL`` is armed from round 1 (at ``claim:after-claim``).
     """
     rng = random.Random(f"drill:{seed}:{courier_index}:{incarnation}")
     if incarnation > 0 and rng.random() >= DRILL_SHARE:
         return None
     operation, point = HOOK_POINTS[(courier_index + incarnation) % len(HOOK_POINTS)]
-    return Drill(operation, point, rng.randint(*DRILL_ROUNDS))
+    armed = rng.randint(*DRILL_ROUNDS)
+    return Drill(operation, point, 1 if (courier_index, incarnation) == FORCED_DRILL else armed)
 
 
 def receiver_fault(seed: int, ordinal: int, http_timeout_ms: int) -> tuple[str, Fault] | None:

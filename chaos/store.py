@@ -9,7 +9,9 @@ through one of these two, so the soak itself is written once:
   server's clock (``server_now_ms``: every host reads the one time base), and
   no busy error (a PostgreSQL write waits for a lock instead).
 
-Both read the queue's rows for the checker with the contract's own schema; the
+Both say whether a job could still be taken over by another courier
+(``can_be_taken_over``: a forced partition needs one that can). Both read the
+queue's rows for the checker with the contract's own schema; the
 PostgreSQL statements here are written against that schema (``courier`` reads
 files), never taken from ``pgworker``'s private ones.
 """
@@ -41,6 +43,12 @@ PG_STATUS_COUNTS = "SELECT status, count(*) FROM jobs GROUP BY status"
 PG_DEAD = "SELECT id, reason, token FROM jobs WHERE status = 'dead' ORDER BY seq"
 PG_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY seq"
 PG_REDRIVES = "SELECT seq, id, token, at_ms, note FROM redrives ORDER BY seq"
+PG_BUDGET = "SELECT status, attempts, max_attempts, deadline FROM jobs WHERE id = %s"
+FILE_BUDGET = "SELECT status, attempts, max_attempts, deadline FROM jobs WHERE id = ?"
+# A job taken over must have two claims left (one more if a takeover's claimer is
+# killed before it logs its claim) and time for them before its deadline.
+TAKEOVER_CLAIMS = 2
+TAKEOVER_MARGIN_MS = 15_000
 # Someone (a migration, a careless script) holding the whole table: every claim waits.
 PG_LOCK_TIMEOUT = f"SET lock_timeout = {BUSY_TIMEOUT_MS}"
 PG_HOLD = "LOCK TABLE jobs IN EXCLUSIVE MODE"
@@ -51,6 +59,19 @@ def server_now_ms(con: psycopg.Connection[Any]) -> int:
     row = con.execute(SERVER_NOW_MS).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _takeover_possible(row: Any, now_ms: int) -> bool:
+    """Whether a job row (status, attempts, max_attempts, deadline) is held by a lease
+    that another courier could take over, given its budget and deadline."""
+    if row is None:
+        return False
+    status, attempts, max_attempts, deadline = row
+    return (
+        status == "leased"
+        and int(attempts) + TAKEOVER_CLAIMS <= int(max_attempts)
+        and int(deadline) - now_ms >= TAKEOVER_MARGIN_MS
+    )
 
 
 def _inbox_files(
@@ -105,6 +126,14 @@ class FileQueue:
             raise
         return con
 
+    def can_be_taken_over(self, job_id: str) -> bool:
+        """Whether job ``job_id`` is leased with budget and time left for a takeover."""
+        con = worker.open_queue(self.path)
+        try:
+            return _takeover_possible(con.execute(FILE_BUDGET, (job_id,)).fetchone(), clock_ms())
+        finally:
+            con.close()
+
     def read_files(self, inbox: Path) -> audit.Files:
         return audit.read_files(self.path, inbox)
 
@@ -155,6 +184,12 @@ class DatabaseQueue:
             con.close()
             raise
         return con
+
+    def can_be_taken_over(self, job_id: str) -> bool:
+        """Whether job ``job_id`` is leased with budget and time left for a takeover."""
+        with psycopg.connect(self.target, autocommit=True) as con:
+            row = con.execute(PG_BUDGET, (job_id,)).fetchone()
+            return _takeover_possible(row, server_now_ms(con))
 
     def read_files(self, inbox: Path) -> audit.Files:
         keys = [name.strip() for name in JOB_COLUMNS.split(",")]

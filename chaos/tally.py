@@ -15,10 +15,15 @@ __all__ = ["ChaosCounts"]
 
 @dataclass
 class ChaosCounts:
-    """Kills, pauses, restarts, skipped events, lock holds, outages, redrives and partitions.
+    """Kills, pauses, restarts, skipped events, lock holds, outages, redrives, partitions
+    and the forced events.
 
-    Each partition is ``{"owner", "host", "job", "token"?, "duration_ms"}``: the
-    courier whose host was cut, and the job whose delivery it was waiting on.
+    Each partition is ``{"owner", "host", "job", "duration_ms"}``: the courier whose
+    host was cut, and the job whose delivery it was waiting on (or, for the forced
+    one, holding). Each witness is ``chaos.witness.Witness.record()``: a forced
+    event played on one courier incarnation (for the drill, when it started; for a
+    freeze, when it froze); ``forced_left`` are the kinds of the forced events that
+    never got to be played before the chaos phase ended.
     """
 
     kills: Counter[str] = field(default_factory=Counter)
@@ -31,3 +36,5 @@ class ChaosCounts:
     armed_left: int = 0
     partitions: list[dict[str, Any]] = field(default_factory=list)
     heals: int = 0
+    witnesses: list[dict[str, Any]] = field(default_factory=list)
+    forced_left: list[str] = field(default_factory=list)

@@ -1,12 +1,20 @@
-"""The chaos soak, short: a few hundred jobs, real couriers, real kills, one checker.
+"""The chaos soak, short: a hundred-odd jobs, real couriers, real kills, one checker.
 
 ``python -m chaos`` runs as a child process on a temporary directory, with a
 fixed seed, and must exit 0: nothing lost, no effect applied twice, no done job
-without its effect, no ticket finished twice. The test then checks that the chaos
-really happened (kills at random moments, after the receiver's commit and inside
-the fault hooks; pauses that came back stale; receiver faults) so that a quiet run
-cannot pass for a survived one. The rest checks the soak's own parts: its schedule
-is a pure function of the seed, and its checker does fail on a broken run.
+without its effect, no ticket finished twice, and every forced event played and
+shown by its witness. The test then checks that the chaos really happened (kills
+at random moments, after the receiver's commit and inside the fault hooks; pauses
+that came back stale; receiver faults) so that a quiet run cannot pass for a
+survived one. Each of those figures is forced by the soak itself, not left to
+luck: the first round of chaos is forced and the forced drill, pause in flight
+(and, on PostgreSQL, partition) are followed through their witness until they
+showed their effect (``chaos.witness``), so the checks hold however loaded the
+machine is. The rest checks the soak's own parts: its schedule is a pure function
+of the seed, and its checker does fail on a broken run.
+
+With ``HYPOTHESIS_PROFILE=nightly`` the soak runs at the full run's sizes (3,000
+jobs, 6 couriers) instead.
 """
 
 from __future__ import annotations
@@ -25,16 +33,23 @@ from chaos import report as soak_report
 from chaos import schedule
 from chaos.child import chaos_command, sender_name, sender_pid
 from chaos.tally import ChaosCounts
+from chaos.witness import DRILL, EventTail
 from courier.audit import Files
 from courier.procs import Children
 from courier.receiver import Fault, Inbox, Receiver
 from courier.runner import HttpSend
+from tests.profiles import profile_name
 
-JOBS = 300
-COURIERS = 4  # one first incarnation per hook point
+LONG = profile_name() == "nightly"
+# make test: enough jobs that deliveries flow until every forced event has played
+# (the first round ends 3.3 s in); nightly: the full run's sizes.
+JOBS = 3000 if LONG else 120
+COURIERS = 6 if LONG else 4  # at least one first incarnation per hook point
 SEED = 11
-CHAOS_SECONDS = 35
-RECOVERY_SECONDS = 15
+# Bounds, not durations: the chaos phase ends once the queue is drained and every
+# forced event has shown its effect (about 8 s here for the short soak).
+CHAOS_SECONDS = 300 if LONG else 60
+RECOVERY_SECONDS = 60 if LONG else 15
 # The soak stops by itself after both phases and two stop graces at most.
 SOAK_TIMEOUT_S = CHAOS_SECONDS + RECOVERY_SECONDS + 30
 TERM_GRACE_S = 20.0
@@ -126,17 +141,38 @@ def test_the_short_soak_passes_every_check(short_soak: Soak) -> None:
     assert short_soak[3] < SOAK_TIMEOUT_S
 
 
+def forced_events_shown(report: dict[str, Any], kinds: set[str]) -> list[dict[str, Any]]:
+    """Check that every forced event was played and each of ``kinds`` shown by its witness."""
+    forced = report["forced"]
+    assert forced["not_played"] == [] and forced["not_shown"] == [], forced
+    assert {w["kind"] for w in forced["witnesses"]} == kinds, forced
+    assert all(w["shown"] for w in forced["witnesses"]), forced
+    witnesses: list[dict[str, Any]] = forced["witnesses"]
+    return witnesses
+
+
 def test_the_chaos_really_happened(short_soak: Soak) -> None:
+    """Each figure is forced (see the module docstring), so each holds in every run."""
     _, report, output, _ = short_soak
+    forced_events_shown(report, {DRILL, schedule.PAUSE_IN_FLIGHT})
     chaos = report["chaos"]
-    assert sum(chaos["kills"].values()) > 0, output
-    assert sum(chaos["killed_at_hook"].values()) > 0, output
+    # the forced kill at a random moment (it waits for a courier it may kill)
+    assert chaos["kills"].get("random moment", 0) > 0, output
+    # the forced drill's courier dies at its first claim and is restarted
+    assert chaos["killed_at_hook"]["claim:after-claim"] > 0, output
     assert chaos["restarts"] > 0
+    # the forced pause in flight: frozen past its lease, resumed, its finish refused
     assert chaos["pauses"].get("in flight", 0) > 0, output
     assert chaos["pauses"].get("resumed", 0) > 0, output
     assert report["fencing"]["stale_finishes_rejected"] > 0, output
-    assert sum(chaos["receiver_faults"].values()) > 0
+    # the forced outage refuses one delivery at least: a request without an effect
+    assert chaos["receiver_faults"].get("outage 503", 0) > 0
     assert report["files"]["deliveries"] > report["files"]["effects"]
+    # every new job was enqueued (passed_every_check), and the plan has an intake
+    # retry and a conflict before its last new job, so both were made
+    ops = schedule.plan_intake(SEED, JOBS)
+    last_new = max(n for n, op in enumerate(ops) if op.expect == "new")
+    assert {"retry", "conflict"} <= {op.expect for op in ops[:last_new]}
     assert report["intake"]["retries"] > 0 and report["intake"]["conflicts"] > 0
 
 
@@ -165,11 +201,15 @@ def test_the_schedule_is_a_pure_function_of_the_seed() -> None:
     }
 
 
-def test_the_first_round_of_chaos_has_every_kind_and_everything_stays_in_bounds() -> None:
+def test_the_first_round_of_chaos_has_every_kind_forced_and_everything_stays_in_bounds() -> None:
     config = schedule.Config(couriers=3, seconds=30, seed=1)
     events = schedule.plan_chaos(config)
     first = events[: len(schedule.CHAOS_KINDS)]
     assert [event.kind for event in first] == list(schedule.CHAOS_KINDS)
+    assert [event.forced for event in first] == [
+        k != schedule.REDRIVE for k in schedule.CHAOS_KINDS
+    ]
+    assert not any(event.forced for event in events[len(first) :])
     assert all(0 < event.at_ms < 30_000 for event in events)
     assert [event.at_ms for event in events] == sorted(event.at_ms for event in events)
     pauses = [e for e in events if e.kind in (schedule.PAUSE, schedule.PAUSE_IN_FLIGHT)]
@@ -180,11 +220,14 @@ def test_the_first_round_of_chaos_has_every_kind_and_everything_stays_in_bounds(
     assert all(event.duration_ms > schedule.BUSY_TIMEOUT_MS for event in holds)
 
 
-def test_first_incarnations_drill_every_hook_point() -> None:
+def test_first_incarnations_drill_every_hook_point_and_the_forced_one_from_round_1() -> None:
     drills = [schedule.drill_for(3, index, 0) for index in range(4)]
     assert {(d.operation, d.point) for d in drills if d is not None} == set(schedule.HOOK_POINTS)
     for drill in drills:
         assert drill is not None and schedule.parse_drill(drill.name, drill.round) == drill
+    forced = schedule.drill_for(3, *schedule.FORCED_DRILL)
+    assert forced == schedule.Drill("claim", "after-claim", 1)
+    assert all(d is not None and d.round >= schedule.DRILL_ROUNDS[0] for d in drills[1:])
     with pytest.raises(ValueError, match="a drill is one of"):
         schedule.parse_drill("finish:after-audit", 1)
 
@@ -282,6 +325,67 @@ def test_the_checker_fails_a_ticket_finished_twice_and_a_run_with_pauses_but_no_
     failures = soak_report.check(observed(processes=[record(twice)]))["failures"]
     assert any(line.startswith("tickets finished twice = 1") for line in failures)
     assert any(line.startswith("stale finishes = 0") for line in failures)
+
+
+def frozen_then(job: str, *events: dict[str, Any]) -> list[dict[str, Any]]:
+    """A courier's events: it froze holding ``job`` (``FreezeOnRequest``), then ``events``."""
+    return [{"event": "frozen", "id": job}, *events]
+
+
+@pytest.mark.parametrize(
+    ("witness", "events", "shown"),
+    [
+        ({"kind": DRILL}, [{"event": "die", "point": "claim:after-claim"}], True),
+        ({"kind": DRILL}, [], False),  # it exited otherwise
+        (
+            {"kind": schedule.PAUSE_IN_FLIGHT, "job": "b"},
+            frozen_then("b", {"event": "result", "id": "b", "token": 1, "status": "stale"}),
+            True,
+        ),
+        (
+            {"kind": schedule.PAUSE_IN_FLIGHT, "job": "b"},
+            frozen_then("b", {"event": "result", "id": "b", "token": 1, "status": "pending"}),
+            False,
+        ),
+        ({"kind": schedule.PAUSE_IN_FLIGHT, "job": "b"}, frozen_then("b"), False),
+    ],
+)
+def test_the_checker_fails_a_forced_event_its_witness_does_not_show(
+    witness: dict[str, Any], events: list[dict[str, Any]], shown: bool
+) -> None:
+    counts = ChaosCounts()
+    counts.pauses.update({"in flight": 1, "resumed": 1})
+    counts.witnesses.append({"owner": "c1", "incarnation": 0, "job": None, "token": 1} | witness)
+    code = -signal.SIGKILL if witness["kind"] == DRILL else 0
+    events = [*observed().processes[0].events, *events]
+    process = soak_report.ProcessRecord(
+        "c1", 0, False, "claim:after-claim", code, None, False, events, 0, ""
+    )
+    report = soak_report.check(observed(processes=[process], counts=counts))
+    assert report["forced"]["witnesses"][0]["shown"] is shown
+    assert report["must_be_zero"]["forced events not played or not shown"] == int(not shown)
+    assert report["ok"] is shown, report["failures"]
+
+
+def test_the_checker_fails_a_forced_event_never_played() -> None:
+    counts = ChaosCounts()
+    counts.pauses.update({"in flight": 1, "resumed": 1})
+    counts.forced_left.append(schedule.KILL)
+    report = soak_report.check(observed(counts=counts))
+    assert "forced kill never played" in report["failures"]
+    assert report["must_be_zero"]["forced events not played or not shown"] == 1
+
+
+def test_an_event_tail_gives_each_complete_line_once(tmp_path: Path) -> None:
+    log = tmp_path / "c1-0.jsonl"
+    tail = EventTail(log)
+    assert tail.new_lines() == []  # no file yet
+    log.write_text('{"event": "start"}\n{"event": "fro', encoding="utf-8")
+    assert tail.new_lines() == [{"event": "start"}]
+    with log.open("a", encoding="utf-8") as file:
+        file.write('zen", "id": "a"}\n[1]\n')
+    assert tail.new_lines() == [{"event": "frozen", "id": "a"}]
+    assert tail.new_lines() == []
 
 
 def test_the_checker_counts_a_crash_and_an_unexplained_kill() -> None:
