@@ -69,7 +69,7 @@ CHAOS_WEIGHTS = (3, 3, 5, 2, 1, 1, 2)
 # holds a lease, for 2-4 leases, then heals it; in the first round, first of all.
 PARTITION_WEIGHT = 5
 PARTITION_LEASES = (2, 4)
-FIRST_CHAOS_MS = 1_500  # let the first couriers start before anything happens
+FIRST_CHAOS_MS = 1_000  # let the first couriers start before anything happens
 FIRST_CHAOS_GAP_MS = 300
 MAX_CHAOS_EVENTS = 100_000
 REPLACE_SHARE = 0.5  # a paused courier gets a same-named replacement while frozen

@@ -42,7 +42,7 @@ from tests.profiles import profile_name
 
 LONG = profile_name() == "nightly"
 # make test: enough jobs that deliveries flow until every forced event has played
-# (the first round ends 3.3 s in); nightly: the full run's sizes.
+# (the first round ends 2.8 s in); nightly: the full run's sizes.
 JOBS = 3000 if LONG else 120
 COURIERS = 6 if LONG else 4  # at least one first incarnation per hook point
 SEED = 11
