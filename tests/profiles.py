@@ -83,7 +83,8 @@ class ParallelSizes:
 # ci: 2,400 programs on SQLite took 104 s on 2 cores otherwise idle, and 300 on PostgreSQL
 # 78 s at a load near 7 (2026-12-01); 1,200 and 200 keep the two near the 2 minutes the
 # parallel suite is given in make test (docs/testing.md, "Parallel histories"), and still
-# draw every plant's first failure (at most 677 programs on SQLite, 41 on PostgreSQL).
+# draw every plant's first failure (at most 315 programs on SQLite, 144 on PostgreSQL,
+# measured 2026-12-02).
 PARALLEL: dict[str, ParallelSizes] = {
     "ci": ParallelSizes(examples=1200, repeats=5, postgres_examples=200),
     "nightly": ParallelSizes(examples=6000, repeats=5, postgres_examples=1000),
