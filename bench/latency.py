@@ -9,7 +9,7 @@ round after round, so that the disk's drift during the run (other work on the ma
 writeback) falls on every size alike instead of on whichever size ran last.
 
 A cycle is one ``claim`` and one ``finish(..., "ok")`` a millisecond later (virtual
-time), timed together with ``time.perf_counter``. Each file first runs ``warmup``
+time), timed together (``bench.ops.cycle_times``). Each file first runs ``warmup``
 untimed cycles, then ``cycles`` timed ones under the contract's ``synchronous=FULL``,
 and ``off_cycles`` more with ``PRAGMA synchronous=OFF`` set on the connection for the
 block (not durable, not the queue's figure: the cost of the code and page writes
@@ -25,7 +25,6 @@ the file got every index a fresh queue file has.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -34,22 +33,20 @@ from pathlib import Path
 from typing import Any
 
 import worker
+from bench.backends import Sqlite
 from bench.measure import T0_MS, percentile
-from bench.rows import DUE_ROWS, fill_shape, status_counts
+from bench.ops import Calls, cycle_times
+from bench.rows import DUE_ROWS, fill_shape
 
-__all__ = ["foreign_file", "index_names", "measure_latencies"]
+__all__ = ["foreign_file", "measure_latencies"]
 
-OWNER = "latency"
-LEASE_MS = 30_000
+_INDEXES = """SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'
+  AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name"""
 
 
-def index_names(con: sqlite3.Connection) -> list[str]:
+def _index_names(con: sqlite3.Connection) -> list[str]:
     """The named indexes on ``jobs`` (SQLite's automatic ones left out), sorted."""
-    rows = con.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs'"
-        " AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name"
-    ).fetchall()
-    return [str(name) for (name,) in rows]
+    return [str(name) for (name,) in con.execute(_INDEXES)]
 
 
 @dataclass
@@ -58,47 +55,42 @@ class _Subject:
 
     shape: str
     rows: int
-    path: Path
+    path: str
     con: sqlite3.Connection
-    build_s: float
     open_s: float
-    counts: dict[str, int]
     done: int = 0  # cycles run so far (timed or not): the next due job and the clock
     full_ms: list[float] = field(default_factory=list)
     off_ms: list[float] = field(default_factory=list)
 
-    def run(self, cycles: int, samples: list[float] | None) -> None:
+    def run(self, cycles: int, samples: list[float]) -> None:
         """Run ``cycles`` claim+finish cycles; append their times (ms) to ``samples``."""
         first_due = 1 if self.shape == "pending" else self.rows - DUE_ROWS + 1
-        for _ in range(cycles):
-            now = T0_MS + 2 * self.done
-            expected = f"job-{first_due + self.done:08d}"
-            start = time.perf_counter()
-            ticket = worker.claim(self.con, OWNER, now, LEASE_MS)
-            status = worker.finish(self.con, ticket, "ok", now + 1) if ticket else None
-            elapsed = time.perf_counter() - start
-            if ticket is None or ticket["id"] != expected or status != "done":
-                raise RuntimeError(
-                    f"{self.shape} {self.rows}: expected {expected} done,"
-                    f" got {ticket!r} -> {status!r}"
-                )
-            self.done += 1
-            if samples is not None:
-                samples.append(elapsed * 1000)
+        ids = iter(range(first_due + self.done, first_due + self.done + cycles))
+        samples += cycle_times(
+            Calls(worker, self.con),
+            self.done,
+            cycles,
+            lambda taken: taken[0]["id"] == f"job-{next(ids):08d}",  # the lowest-seq due job
+        )
+        self.done += cycles
+
+    def result(self) -> dict[str, Any]:
+        """The subject's figures as JSON."""
+        return {
+            "shape": self.shape,
+            "rows": self.rows,
+            "cycles": len(self.full_ms),
+            **_summary(self.full_ms),
+            "off_cycles": len(self.off_ms),
+            **(_summary(self.off_ms, "off_") if self.off_ms else {}),
+        }
 
 
 def _summary(samples: list[float], prefix: str = "") -> dict[str, float]:
     return {
         f"{prefix}p50_ms": round(percentile(samples, 50), 3),
         f"{prefix}p99_ms": round(percentile(samples, 99), 3),
-        f"{prefix}mean_ms": round(sum(samples) / len(samples), 3),
-        f"{prefix}max_ms": round(max(samples), 3),
     }
-
-
-def _remove(path: Path) -> None:
-    for name in (path, Path(f"{path}-journal")):
-        name.unlink(missing_ok=True)
 
 
 def _check_size(shape: str, rows: int, needed: int) -> None:
@@ -110,123 +102,74 @@ def _check_size(shape: str, rows: int, needed: int) -> None:
         )
 
 
-def _build(folder: Path, shape: str, rows: int) -> _Subject:
-    """Create, fill, close and reopen the file of ``shape`` with ``rows`` rows."""
-    path = folder / f"latency-{shape}-{rows}.sqlite"
-    _remove(path)
-    start = time.perf_counter()
-    con = worker.open_queue(path)
+def _build(path: str, shape: str, rows: int, con: sqlite3.Connection | None = None) -> _Subject:
+    """Fill the file at ``path`` (a fresh queue file, or ``con``'s) with ``rows`` rows of
+    ``shape``, close it, and time the ``open_queue`` that reopens it."""
+    con = con or worker.open_queue(path)
     try:
         fill_shape(con, shape, rows, T0_MS)
     finally:
         con.close()
-    build_s = time.perf_counter() - start
     start = time.perf_counter()
     con = worker.open_queue(path)
-    open_s = time.perf_counter() - start
-    return _Subject(shape, rows, path, con, build_s, open_s, status_counts(con, T0_MS))
-
-
-def _set_synchronous(con: sqlite3.Connection, value: str) -> None:
-    con.execute(f"PRAGMA synchronous={value}")
-
-
-def _interleave(subjects: list[_Subject], cycles: int, off_cycles: int, block: int) -> None:
-    """Timed cycles on every file in turn, a block at a time, FULL then OFF blocks."""
-    while any(len(s.full_ms) < cycles or len(s.off_ms) < off_cycles for s in subjects):
-        for subject in subjects:
-            subject.run(min(block, cycles - len(subject.full_ms)), subject.full_ms)
-            off = min(block // 2 or 1, off_cycles - len(subject.off_ms))
-            if off > 0:
-                _set_synchronous(subject.con, "OFF")
-                try:
-                    subject.run(off, subject.off_ms)
-                finally:
-                    _set_synchronous(subject.con, "FULL")
+    return _Subject(shape, rows, path, con, time.perf_counter() - start)
 
 
 def measure_latencies(
-    folder: Path,
-    sizes: Sequence[int],
-    cycles: int,
-    off_cycles: int,
-    warmup: int,
-    block: int = 20,
+    folder: Path, sizes: Sequence[int], cycles: int, off_cycles: int, warmup: int, block: int = 20
 ) -> list[dict[str, Any]]:
-    """Latency of claim+finish in both shapes at every size, measured interleaved."""
-    for rows in sizes:
-        for shape in ("pending", "history"):
-            _check_size(shape, rows, warmup + cycles + off_cycles)
+    """Latency of claim+finish in both shapes at every size, measured interleaved: timed
+    cycles on every file in turn, a block at a time, FULL then OFF blocks."""
+    shapes = [(shape, rows) for rows in sizes for shape in ("pending", "history")]
+    for shape, rows in shapes:
+        _check_size(shape, rows, warmup + cycles + off_cycles)
+    files = Sqlite(folder)
     subjects: list[_Subject] = []
     try:
-        for rows in sizes:
-            for shape in ("pending", "history"):
-                subjects.append(_build(folder, shape, rows))
+        for shape, rows in shapes:
+            subjects.append(_build(files.fresh(f"latency-{shape}-{rows}"), shape, rows))
         for subject in subjects:
-            subject.run(warmup, None)
-        _interleave(subjects, cycles, off_cycles, block)
-        return [_result(subject) for subject in subjects]
+            subject.run(warmup, [])
+        while any(len(s.full_ms) < cycles or len(s.off_ms) < off_cycles for s in subjects):
+            for subject in subjects:
+                subject.run(min(block, cycles - len(subject.full_ms)), subject.full_ms)
+                off = min(block // 2 or 1, off_cycles - len(subject.off_ms))
+                subject.con.execute("PRAGMA synchronous=OFF")
+                subject.run(max(off, 0), subject.off_ms)
+                subject.con.execute("PRAGMA synchronous=FULL")
+        return [subject.result() for subject in subjects]
     finally:
         for subject in subjects:
             subject.con.close()
-            _remove(subject.path)
-
-
-def _result(subject: _Subject) -> dict[str, Any]:
-    return {
-        "shape": subject.shape,
-        "rows": subject.rows,
-        "cycles": len(subject.full_ms),
-        **_summary(subject.full_ms),
-        "off_cycles": len(subject.off_ms),
-        **(_summary(subject.off_ms, "off_") if subject.off_ms else {}),
-        "build_s": round(subject.build_s, 3),
-        "open_s": round(subject.open_s, 4),
-        "file_mb": round(os.path.getsize(subject.path) / 1e6, 1),
-        "rows_by_kind": subject.counts,
-    }
+            files.remove(subject.path)
 
 
 def foreign_file(folder: Path, rows: int, cycles: int, warmup: int) -> dict[str, Any]:
     """A ``history``-shaped file with only the contract's two tables, opened by open_queue."""
     _check_size("history", rows, warmup + cycles)
-    fresh_path = folder / "fresh.sqlite"
-    fresh = worker.open_queue(fresh_path)
-    fresh_indexes = index_names(fresh)
-    fresh.close()
-    _remove(fresh_path)
-    path = folder / f"foreign-{rows}.sqlite"
-    _remove(path)
+    files = Sqlite(folder)
+    with files.queue("fresh") as fresh:
+        fresh_indexes = _index_names(fresh)
+    path = files.fresh(f"foreign-{rows}")
     con = sqlite3.connect(path, isolation_level=None)
+    for statement in worker.SCHEMA:  # the contract's two tables, no index
+        con.execute(statement)
+    before = _index_names(con)
+    subject = _build(path, "history", rows, con)
     try:
-        for statement in worker.SCHEMA:  # the contract's two tables, no index
-            con.execute(statement)
-        fill_shape(con, "history", rows, T0_MS)
-        before = index_names(con)
+        after = _index_names(subject.con)
+        subject.run(warmup, [])
+        subject.run(cycles, subject.full_ms)
     finally:
-        con.close()
-    try:
-        start = time.perf_counter()
-        con = worker.open_queue(path)
-        open_s = time.perf_counter() - start
-        subject = _Subject("history", rows, path, con, 0.0, open_s, status_counts(con, T0_MS))
-        try:
-            after = index_names(con)
-            subject.run(warmup, None)
-            subject.run(cycles, subject.full_ms)
-        finally:
-            con.close()
-    finally:
-        _remove(path)
+        subject.con.close()
+        files.remove(path)
     return {
         "shape": "history",
         "rows": rows,
         "cycles": len(subject.full_ms),
         **_summary(subject.full_ms),
-        "open_s": round(open_s, 3),
+        "open_s": round(subject.open_s, 3),
         "indexes_before": before,
         "indexes_after": after,
-        "fresh_file_indexes": fresh_indexes,
         "gets_indexes": set(fresh_indexes) <= set(after),
-        "works": True,
     }

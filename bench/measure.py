@@ -1,11 +1,11 @@
-"""Shared pieces of the performance benchmark: timing, percentiles, pragmas, the time base,
-the children's messages, the generated sections of a page and the record options of a
-bench's command line.
+"""The harness every bench uses: timing, percentiles, medians of rounds, fleets of child
+processes, and a recorded bench's command line (measure a record, or render one).
 
-Every throughput figure of ``bench.perf`` is "operations over a fixed count, timed with
+Every throughput figure is "operations over a fixed count, timed with
 ``time.perf_counter``", bounded in time as well: ``run_counted`` stops early when a
 step is so slow that the count would take longer than ``max_seconds``, and the figure
-is then computed from the operations really done.
+is then computed from the operations really done. A fleet's children start together:
+each reports ready, waits for one start signal, works, and puts its report on a queue.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import queue
+import shlex
 import shutil
 import sqlite3
 import sys
@@ -30,24 +32,24 @@ __all__ = [
     "T0_MS",
     "Timed",
     "add_record_options",
-    "collect",
-    "log_to_stderr",
+    "fleet",
+    "fleet_totals",
+    "load_average",
+    "log",
     "median_of_rounds",
+    "paired",
     "percentile",
     "pragmas",
     "record_or_render",
-    "run_counted",
-    "run_meta",
-    "synchronous_name",
-    "write_between_markers",
+    "write_page",
 ]
 
-# The virtual time base of every single-process measurement: worker.py never reads a
+# The virtual time base of every single-process measurement: the queues never read a
 # clock, so a fixed "now" (plus a millisecond per step where the order matters) makes
-# the runs independent of the wall clock. Couriers in separate processes use the real
+# the runs independent of the wall clock. Processes that run together use the real
 # wall clock instead, their only shared time base.
 T0_MS = 1_700_000_000_000
-
+READY_TIMEOUT_S = 120.0
 _SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
@@ -69,20 +71,33 @@ class Timed:
 
 
 def run_counted(step: Callable[[int], int], count: int, max_seconds: float) -> Timed:
-    """Call ``step(i)`` for ``i`` in ``0 .. count-1``, timing the whole loop.
-
-    ``step`` returns how many jobs it handled (1 for a single call, up to 64 for a
-    batch). The loop stops early once ``max_seconds`` have passed, so every
-    measurement is bounded in time; the result counts the jobs really handled.
-    """
+    """Call ``step(i)`` for ``i`` in ``0 .. count-1`` (each returns the jobs it handled),
+    timing the whole loop; early once ``max_seconds`` have passed."""
     jobs = 0
     start = time.perf_counter()
-    deadline = start + max_seconds
     for i in range(count):
         jobs += step(i)
-        if time.perf_counter() > deadline:
+        if time.perf_counter() > start + max_seconds:
             break
     return Timed(jobs, time.perf_counter() - start)
+
+
+def paired(
+    steps: Sequence[Callable[[int], object]], count: int, max_seconds: float
+) -> tuple[int, float, float]:
+    """Run ``count`` steps, each of the two ``steps(i)`` in turn (the order flips every
+    step, so both meet the disk in the same second), each timed; ``(steps, the first's
+    seconds, the second's)``, early once ``max_seconds`` have passed."""
+    spent = [0.0, 0.0]
+    deadline = time.perf_counter() + max_seconds
+    for i in range(count):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            started = time.perf_counter()
+            steps[side](i)
+            spent[side] += time.perf_counter() - started
+        if time.perf_counter() > deadline:
+            return i + 1, spent[0], spent[1]
+    return count, spent[0], spent[1]
 
 
 def median_of_rounds(rounds: Sequence[Any]) -> Any:
@@ -106,31 +121,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values``, nearest-rank method."""
     if not values:
         raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def synchronous_name(value: object) -> str:
-    """SQLite's ``PRAGMA synchronous`` number as its name (``2`` -> ``FULL``)."""
-    if isinstance(value, int) and value in _SYNCHRONOUS:
-        return _SYNCHRONOUS[value]
-    return str(value)
+    return sorted(values)[max(1, math.ceil(q / 100 * len(values))) - 1]
 
 
 def pragmas(con: sqlite3.Connection) -> tuple[str, str]:
     """``(journal_mode, synchronous)`` as ``con`` really uses them, read back from SQLite."""
     journal = con.execute("PRAGMA journal_mode").fetchone()[0]
     sync = con.execute("PRAGMA synchronous").fetchone()[0]
-    return str(journal).upper(), synchronous_name(sync)
+    return str(journal).upper(), _SYNCHRONOUS.get(sync, str(sync))
 
 
-def collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
-    """Read ``n`` messages ``(kind, value)`` from the children's queue, waiting at most ``timeout``.
-
-    Returns the values of the messages of ``kind`` in the order they came; fewer
-    than ``n`` when the time ran out first. Messages of another kind are dropped.
-    """
+def _collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
+    """Up to ``n`` values of the messages ``(kind, value)`` on ``results`` within ``timeout``."""
     got: list[Any] = []
     until = time.monotonic() + timeout
     while len(got) < n:
@@ -143,69 +145,144 @@ def collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:
     return got
 
 
-def write_between_markers(doc: Path, begin: str, end: str, body: str) -> None:
-    """Replace what stands between the lines ``begin`` and ``end`` of ``doc`` with ``body``.
+def fleet(
+    target: Callable[..., None],
+    args_of: Callable[[str], tuple[Any, ...]],
+    n: int,
+    grace_s: float,
+    context: Any = None,
+    watch: Callable[[Callable[[], bool]], Any] | None = None,
+) -> tuple[float, list[dict[str, Any]], Any]:
+    """Start ``n`` processes (``spawn`` unless ``context`` is given) running
+    ``target(*args_of(owner), go, results)``, owners ``courier-0`` ...; once all put
+    ``("ready", owner)`` on ``results``, set ``go``, run ``watch(alive)`` if given
+    (``alive()``: whether any child still runs), and take the ``("result", report)``
+    messages that come within ``grace_s``. Every child is joined, killed if it hangs.
 
-    Raises:
-        ValueError: ``doc`` lacks ``begin`` or, after it, ``end``.
+    Returns the seconds until all were ready, the reports, and what ``watch`` returned
+    (``None`` if some child never got ready).
     """
-    text = doc.read_text(encoding="utf-8")
-    head, found, rest = text.partition(begin)
-    _, ended, tail = rest.partition(end)
-    if not (found and ended):
-        raise ValueError(f"{doc} has no {begin!r} ... {end!r} section")
-    doc.write_text(f"{head}{begin}\n{body}{end}{tail}", encoding="utf-8")
+    context = context or multiprocessing.get_context("spawn")
+    go, results = context.Event(), context.Queue()
+    children = [
+        context.Process(target=target, args=(*args_of(f"courier-{k}"), go, results), daemon=True)
+        for k in range(n)
+    ]
+    began = time.perf_counter()
+    try:
+        for child in children:
+            child.start()
+        ready = len(_collect(results, "ready", n, READY_TIMEOUT_S))
+        startup_s = time.perf_counter() - began
+        go.set()
+        alive = lambda: any(child.is_alive() for child in children)  # noqa: E731
+        watched = watch(alive) if watch is not None and ready == n else None
+        return startup_s, _collect(results, "result", n, grace_s), watched
+    finally:
+        go.set()
+        for child in (child for child in children if child.pid is not None):
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+                child.join()
 
 
-def add_record_options(parser: argparse.ArgumentParser, doc_help: str) -> None:
-    """Add the options of every recorded bench: ``--dir``, ``--json``, ``--doc``, ``--render``."""
-    parser.add_argument(
-        "--dir", type=Path, help="a folder on a real disk (default: a temporary one)"
-    )
+def fleet_totals(
+    processes: int, seconds: float, reports: list[dict[str, Any]], counted: str, *summed: str
+) -> dict[str, Any]:
+    """The children's ``counted`` work together over the longest window any reported
+    (``per_s``), each child's share of the mean (the smallest and the largest), the
+    sums of ``summed`` and every error."""
+    counts = [int(report.get(counted, 0)) for report in reports]
+    window = max((float(report.get("seconds", 0.0)) for report in reports), default=seconds)
+    mean = sum(counts) / len(counts) if counts else 0.0
+    return {
+        "processes": processes,
+        "reported": len(reports),
+        "seconds": round(window, 3),
+        counted: sum(counts),
+        "per_s": round(sum(counts) / window, 1) if window > 0 else 0.0,
+        "per_process": counts,
+        "smallest_share": round(min(counts) / mean, 2) if mean else None,
+        "largest_share": round(max(counts) / mean, 2) if mean else None,
+        **{key: sum(int(report.get(key, 0)) for report in reports) for key in summed},
+        "errors": [report["error"] for report in reports if "error" in report],
+    }
+
+
+def add_record_options(parser: argparse.ArgumentParser, page: str | None = "--doc") -> None:
+    """The options of every recorded bench: ``--quick``, ``--dir``, ``--json``,
+    ``--render`` and the page to write (``page``, if any)."""
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run (seconds)")
+    parser.add_argument("--dir", type=Path, help="a folder on a real disk (default: temporary)")
     parser.add_argument("--json", type=Path, help="write the record here")
-    parser.add_argument("--doc", type=Path, help=doc_help)
     parser.add_argument("--render", type=Path, help="render a recorded JSON, measure nothing")
+    if page is not None:
+        parser.add_argument(page, type=Path, help="render into this page")
+
+
+def load_average() -> float:
+    """The 1-minute load average."""
+    return round(os.getloadavg()[0], 2)
 
 
 def record_or_render(
     args: argparse.Namespace,
-    prefix: str,
+    argv: Sequence[str] | None,
+    module: str,
     measure: Callable[[Path], dict[str, Any]],
-    render: Callable[[dict[str, Any]], str],
-    markers: tuple[str, str],
 ) -> dict[str, Any]:
-    """Read the record of ``--render``, or measure one in ``--dir`` (or a temporary folder).
-
-    ``measure(work)`` runs in the subfolder ``work``, removed afterwards (the temporary
-    folder, named with ``prefix``, too); a measured record is written to ``--json``
-    when given. The record is then rendered between ``markers`` of ``--doc`` when
-    given, and printed. Returns the record.
-    """
+    """The record of ``--render``, or one that ``measure(work)`` makes in the folder
+    ``work`` of ``--dir`` (or of a temporary folder under /var/tmp named after the
+    bench's ``module``), removed afterwards. A measured record starts with its ``meta``
+    (the command ``argv`` spelt, the time, Python, the CPUs, quick or not, the load
+    average before and after, and what ``measure`` put there) and is written to
+    ``--json`` if given."""
     if args.render is not None:
-        record: dict[str, Any] = json.loads(args.render.read_text(encoding="utf-8"))
-    else:
-        folder = args.dir or Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
-        if str(folder.resolve()).startswith("/dev/shm"):
-            print("warning: tmpfs makes every fsync free; these figures say nothing of durability")
-        try:
-            record = measure(folder / "work")
-        finally:
-            shutil.rmtree(folder / "work", ignore_errors=True)
-            if args.dir is None:
-                shutil.rmtree(folder, ignore_errors=True)
-        if args.json is not None:
-            args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    if args.doc is not None:
-        write_between_markers(args.doc, *markers, render(record))
-    print(render(record), end="")
+        return dict(json.loads(args.render.read_text(encoding="utf-8")))
+    folder = args.dir or Path(tempfile.mkdtemp(prefix=module.replace(".", "-"), dir="/var/tmp"))
+    if str(folder.resolve()).startswith("/dev/shm"):
+        log("warning: tmpfs makes every fsync free; these figures say nothing of durability")
+    words = sys.argv[1:] if argv is None else argv
+    meta = {
+        "command": shlex.join(["python", "-m", module, *words]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "quick": bool(args.quick),
+        "load_average_before": load_average(),
+    }
+    try:
+        (folder / "work").mkdir(parents=True, exist_ok=True)
+        record = measure(folder / "work")
+    finally:
+        shutil.rmtree(folder / "work" if args.dir else folder, ignore_errors=True)
+    meta |= {**record.pop("meta", {}), "load_average_after": load_average()}
+    record = {"meta": meta, **record}
+    if args.json is not None:
+        args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return record
 
 
-def log_to_stderr(line: str) -> None:
+def write_page(page: Path | None, body: str, markers: tuple[str, str] | None = None) -> None:
+    """Write ``body`` to ``page`` (if given): the whole page, or what stands between the
+    lines ``markers`` of it.
+
+    Raises:
+        ValueError: ``page`` lacks the first marker or, after it, the second.
+    """
+    if page is None:
+        return
+    if markers is None:
+        page.write_text(body, encoding="utf-8")
+        return
+    head, found, rest = page.read_text(encoding="utf-8").partition(markers[0])
+    _, ended, tail = rest.partition(markers[1])
+    if not (found and ended):
+        raise ValueError(f"{page} has no {markers[0]!r} ... {markers[1]!r} section")
+    page.write_text(f"{head}{markers[0]}\n{body}{markers[1]}{tail}", encoding="utf-8")
+
+
+def log(line: str) -> None:
     """Print one progress line on standard error (standard output carries the tables)."""
-    print(line, file=sys.stderr)
-
-
-def run_meta(quick: bool) -> dict[str, Any]:
-    """What a record's ``meta`` starts with: the Python version, the CPUs, quick sizes or not."""
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "quick": quick}
+    print(line, file=sys.stderr, flush=True)

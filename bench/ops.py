@@ -1,59 +1,35 @@
-"""Throughput of worker.py's calls, single and batched, on one queue file under the contract.
+"""The phases every queue is timed in, and worker.py's (or pgworker.py's) calls as a queue.
 
-Each phase runs on the connection ``worker.open_queue`` returns (``DELETE`` journal,
-``synchronous=FULL``) and checks every result, so a figure never comes from a call
-that did not do its work:
-
-- ``enqueue``: new jobs, one call each (``True`` expected);
-- ``claim``: those jobs, one lease each (a ticket expected);
-- ``finish``: those tickets, ``ok`` (``done`` expected);
-- ``cycle``: ``claim`` then ``finish`` of one job, on rows filled beforehand.
-
-With ``without_sync`` the same single calls run with ``synchronous=OFF``: not a mode
-of the queue (the contract fixes FULL), only the cost of a call apart from its syncs.
-
-The batch phases do the same with ``enqueue_many``, ``claim_many`` and ``finish_many``
-(docs/batches.md), ``size`` jobs per call; their figures are jobs per second. Time is
+A ``Queue`` puts, takes and acknowledges jobs, ``size`` a call, and checks every
+result, so that a figure never comes from a call that did not do its work.
+``phases`` times, in this order: ``enqueue`` (``calls`` puts of new jobs), ``claim``
+(a take per put: the oldest due jobs), ``finish`` (an acknowledgement, ``ok``, per
+take) and ``cycle`` (a take and its acknowledgement, on jobs filled beforehand,
+untimed); ``cycle_times`` times each cycle on its own (for percentiles). Time is
 virtual (``T0_MS``): each phase uses its own fixed "now", so leases and deadlines
-never run out mid-phase.
+never run out mid-phase. ``Calls`` is worker.py's calls on one connection (pgworker.py's
+are the same): single calls (``size`` 1) or batches (``enqueue_many``, ``claim_many``,
+``finish_many``, docs/batches.md). The peers (``bench.peers``) and the ceilings
+(``bench.limits``) are queues too.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-from pathlib import Path
+import functools
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-import worker
 from bench.measure import T0_MS, Timed, run_counted
 from bench.rows import fill
 
-__all__ = [
-    "CYCLE_T0_MS",
-    "LEASE_MS",
-    "OWNER",
-    "PHASES",
-    "TTL_MS",
-    "SingleCalls",
-    "Steps",
-    "batch_available",
-    "event",
-    "run_phases",
-    "worker_batch",
-    "worker_single",
-]
+__all__ = ["CYCLE_T0_MS", "LEASE_MS", "OWNER", "TTL_MS", "Calls", "Queue", "cycle_times"]
+__all__ += ["event", "expect", "phases", "timed_phases"]
 
 OWNER = "bench"
 TTL_MS = 60_000
 LEASE_MS = 60_000
 CYCLE_T0_MS = T0_MS + 10  # the cycles' "now": after the phases before them
-PHASES = ("enqueue", "claim", "finish", "cycle")
-
-
-def batch_available() -> bool:
-    """True if this worker.py has the batch calls of docs/batches.md."""
-    return all(hasattr(worker, name) for name in ("enqueue_many", "claim_many", "finish_many"))
 
 
 def event(i: int) -> dict[str, Any]:
@@ -61,146 +37,145 @@ def event(i: int) -> dict[str, Any]:
     return {"id": f"job-{i:08d}", "qty": 1 + i % 1000}
 
 
-def _expect(what: str, got: object, expected: object) -> None:
+def expect(what: str, got: object, expected: object) -> None:
+    """Raise ``RuntimeError`` unless ``got == expected``."""
     if got != expected:
         raise RuntimeError(f"{what}: expected {expected!r}, got {got!r}")
 
 
-class Phase(Protocol):
-    """What ``run_phases`` reads of a phase's figure: the jobs it really handled."""
+class Queue(Protocol):
+    """What ``phases`` times: ``size`` jobs a call, every result checked."""
 
+    size: int
+
+    def put(self, i: int) -> None:
+        """Enqueue the ``i``-th call's new jobs."""
+
+    def take(self, now_ms: int) -> list[Any]:
+        """Take the oldest ``size`` due jobs; what ``ack`` needs of each."""
+
+    def ack(self, taken: list[Any], now_ms: int) -> None:
+        """Acknowledge taken jobs as done."""
+
+    def refill(self, jobs: int) -> None:
+        """Add ``jobs`` due jobs, untimed, for the cycles."""
+
+
+class _Figure(Protocol):
     @property
     def count(self) -> int: ...
 
 
-class Steps(Protocol):
-    """One step of each phase, ``step(i) -> jobs``, on one queue file, result checked."""
-
-    def enqueue(self, i: int) -> int: ...
-    def claim(self, i: int) -> int: ...
-    def finish(self, i: int) -> int: ...
-    def fill_for_cycle(self, count: int) -> None: ...
-    def cycle(self, i: int) -> int: ...
+FigureT = TypeVar("FigureT", bound=_Figure)
+Steps = list[Callable[[int], int]]
 
 
-FigureT = TypeVar("FigureT", bound=Phase)
-
-
-def run_phases(
-    steps: Steps, count: int, timer: Callable[[str, Callable[[int], int], int], FigureT]
+def phases(
+    queues: Sequence[Queue],
+    calls: int,
+    timer: Callable[[str, Steps, int], FigureT],
+    between: Callable[[], None] = lambda: None,
 ) -> dict[str, FigureT]:
-    """Time the phases in ``PHASES`` order, ``timer(phase, step, n)`` each.
+    """Time each phase as ``timer(phase, steps, n)``: one step per queue (``step(i)``
+    makes the ``i``-th call and returns its jobs), ``n`` calls.
 
-    Each phase runs as many steps as the one before it really did (a loop bounded in
-    time may stop early): a claim per enqueued job, a finish per ticket; then
-    ``fill_for_cycle`` adds ``count`` due jobs, untimed, for the cycles.
+    Each phase runs as many calls as the one before it really did (a loop bounded in
+    time may stop early); ``between()`` runs untimed before each phase after the
+    first, and ``refill`` before the cycles (``calls`` calls' worth of jobs).
     """
-    figures = {"enqueue": timer("enqueue", steps.enqueue, count)}
-    figures["claim"] = timer("claim", steps.claim, figures["enqueue"].count)
-    figures["finish"] = timer("finish", steps.finish, figures["claim"].count)
-    steps.fill_for_cycle(count)
-    figures["cycle"] = timer("cycle", steps.cycle, count)
+    taken: list[list[list[Any]]] = [[] for _ in queues]
+
+    def put(queue: Queue, _: list[list[Any]], i: int) -> int:
+        queue.put(i)
+        return queue.size
+
+    def take(queue: Queue, mine: list[list[Any]], _: int) -> int:
+        mine.append(queue.take(T0_MS + 1))
+        return queue.size
+
+    def ack(queue: Queue, mine: list[list[Any]], i: int) -> int:
+        queue.ack(mine[i], T0_MS + 2)
+        return queue.size
+
+    def cycle(queue: Queue, _: list[list[Any]], i: int) -> int:
+        queue.ack(queue.take(CYCLE_T0_MS + 2 * i), CYCLE_T0_MS + 2 * i + 1)
+        return queue.size
+
+    def each(step: Callable[[Queue, list[list[Any]], int], int]) -> Steps:
+        return [functools.partial(step, q, mine) for q, mine in zip(queues, taken, strict=True)]
+
+    size = queues[0].size
+    figures = {"enqueue": timer("enqueue", each(put), calls)}
+    between()
+    figures["claim"] = timer("claim", each(take), figures["enqueue"].count // size)
+    between()
+    figures["finish"] = timer("finish", each(ack), figures["claim"].count // size)
+    for queue in queues:
+        queue.refill(calls * size)
+    between()
+    figures["cycle"] = timer("cycle", each(cycle), calls)
     return figures
 
 
-class SingleCalls:
-    """worker.py's single calls as ``Steps``: enqueue the ``i``-th new job, claim the
-    oldest, finish the ``i``-th ticket ``ok``; a cycle is a claim and a finish, each
-    at its own millisecond."""
-
-    def __init__(self, con: sqlite3.Connection) -> None:
-        self.con = con
-        self.tickets: list[dict[str, Any]] = []
-
-    def enqueue(self, i: int) -> int:
-        _expect("enqueue", worker.enqueue(self.con, event(i), T0_MS, TTL_MS), True)
-        return 1
-
-    def claim(self, _: int) -> int:
-        ticket = worker.claim(self.con, OWNER, T0_MS + 1, LEASE_MS)
-        if ticket is None:
-            raise RuntimeError("claim found no job")
-        self.tickets.append(ticket)
-        return 1
-
-    def finish(self, i: int) -> int:
-        _expect("finish", worker.finish(self.con, self.tickets[i], "ok", T0_MS + 2), "done")
-        return 1
-
-    def fill_for_cycle(self, count: int) -> None:
-        fill(self.con, count, CYCLE_T0_MS, prefix="cycle-")
-
-    def cycle(self, i: int) -> int:
-        now = CYCLE_T0_MS + 2 * i
-        ticket = worker.claim(self.con, OWNER, now, LEASE_MS)
-        if ticket is None:
-            raise RuntimeError("claim found no job")
-        _expect("finish", worker.finish(self.con, ticket, "ok", now + 1), "done")
-        return 1
-
-
-def worker_single(
-    path: Path, count: int, max_seconds: float, without_sync: bool = False
+def timed_phases(
+    queue: Queue, calls: int, max_seconds: float, between: Callable[[], None] = lambda: None
 ) -> dict[str, Timed]:
-    """Time ``count`` single enqueue, claim, finish calls and claim+finish cycles.
-
-    ``without_sync`` sets ``PRAGMA synchronous=OFF`` on the connection after
-    ``open_queue``: not durable, never the queue's figure, only the analysis of where
-    a call's time goes (its cost without the syncs).
-    """
-    con = worker.open_queue(path)
-    if without_sync:
-        con.execute("PRAGMA synchronous=OFF")
-    try:
-        return run_phases(
-            SingleCalls(con), count, lambda _, step, n: run_counted(step, n, max_seconds)
-        )
-    finally:
-        con.close()
+    """``phases`` of one queue, each a ``Timed`` bounded by ``max_seconds``."""
+    return phases(
+        [queue], calls, lambda _, steps, n: run_counted(steps[0], n, max_seconds), between
+    )
 
 
-def worker_batch(path: Path, batches: int, size: int, max_seconds: float) -> dict[str, Timed]:
-    """Time ``batches`` calls of each batch operation with ``size`` jobs per call."""
-    con = worker.open_queue(path)
-    tickets: list[dict[str, Any]] = []
-    try:
-
-        def enqueue_many(b: int) -> int:
-            events = [event(b * size + k) for k in range(size)]
-            _expect("enqueue_many", worker.enqueue_many(con, events, T0_MS, TTL_MS), [True] * size)
-            return size
-
-        def claim_many(_: int) -> int:
-            got = worker.claim_many(con, OWNER, T0_MS + 1, size, LEASE_MS)
-            _expect("claim_many tickets", len(got), size)
-            tickets.extend(got)
-            return size
-
-        def finish_many(b: int) -> int:
-            chunk = tickets[b * size : (b + 1) * size]
-            results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in chunk]
-            _expect("finish_many", worker.finish_many(con, results, T0_MS + 2), ["done"] * size)
-            return size
-
-        figures = {"enqueue": run_counted(enqueue_many, batches, max_seconds)}
-        figures["claim"] = run_counted(claim_many, figures["enqueue"].count // size, max_seconds)
-        figures["finish"] = run_counted(finish_many, len(tickets) // size, max_seconds)
-        fill(con, batches * size, CYCLE_T0_MS, prefix="cycle-")
-        figures["cycle"] = run_counted(_batch_cycle(con, size), batches, max_seconds)
-        return figures
-    finally:
-        con.close()
+def cycle_times(
+    queue: Queue, first: int, cycles: int, check: Callable[[list[Any]], bool]
+) -> list[float]:
+    """Time ``cycles`` cycles of ``queue`` one by one (ms), the ``i``-th at
+    ``T0_MS + 1 + 2 * i`` (from ``first``); ``check(taken)`` must hold for each take."""
+    samples = []
+    for i in range(first, first + cycles):
+        start = time.perf_counter()
+        taken = queue.take(T0_MS + 1 + 2 * i)
+        queue.ack(taken, T0_MS + 2 + 2 * i)
+        samples.append((time.perf_counter() - start) * 1000)
+        if not check(taken):
+            raise RuntimeError(f"cycle {i} took {taken!r}")
+    return samples
 
 
-def _batch_cycle(con: sqlite3.Connection, size: int) -> Callable[[int], int]:
-    """One claim_many and one finish_many of ``size`` jobs per step."""
+class Calls:
+    """The calls of ``module`` (worker or pgworker) on ``con`` as a ``Queue``: single calls
+    when ``size`` is 1, batches of ``size`` otherwise."""
 
-    def cycle(i: int) -> int:
-        now = CYCLE_T0_MS + 2 * i
-        tickets = worker.claim_many(con, OWNER, now, size, LEASE_MS)
-        _expect("claim_many tickets", len(tickets), size)
-        results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]
-        _expect("finish_many", worker.finish_many(con, results, now + 1), ["done"] * size)
-        return size
+    def __init__(self, module: Any, con: Any, size: int = 1) -> None:
+        self.module, self.con, self.size = module, con, size
 
-    return cycle
+    def put(self, i: int) -> None:
+        events = [event(i * self.size + k) for k in range(self.size)]
+        if self.size == 1:
+            got = [self.module.enqueue(self.con, events[0], T0_MS, TTL_MS)]
+        else:
+            got = self.module.enqueue_many(self.con, events, T0_MS, TTL_MS)
+        expect("enqueue", got, [True] * self.size)
+
+    def claim(self, now_ms: int, owner: str = OWNER) -> list[Any]:
+        """The tickets of up to ``size`` due jobs, leased to ``owner``."""
+        if self.size == 1:
+            ticket = self.module.claim(self.con, owner, now_ms, LEASE_MS)
+            return [] if ticket is None else [ticket]
+        return list(self.module.claim_many(self.con, owner, now_ms, self.size, LEASE_MS))
+
+    def take(self, now_ms: int) -> list[Any]:
+        got = self.claim(now_ms)
+        expect("jobs claimed", len(got), self.size)
+        return got
+
+    def ack(self, taken: list[Any], now_ms: int) -> None:
+        if self.size == 1:
+            got = [self.module.finish(self.con, taken[0], "ok", now_ms)]
+        else:
+            results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in taken]
+            got = self.module.finish_many(self.con, results, now_ms)
+        expect("finish", got, ["done"] * len(taken))
+
+    def refill(self, jobs: int) -> None:
+        fill(self.con, jobs, CYCLE_T0_MS, prefix="cycle-")

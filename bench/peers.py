@@ -17,22 +17,23 @@ None of them leases with a fencing token: a take is a status flip (persist-queue
 litequeue) or a delete (huey), and an ack is not checked against the taker. The peers
 are optional (the ``bench`` extra): a peer that is not installed is reported as such,
 never as a failure. Their modules have no type stubs; they are imported with
-``importlib`` here and nowhere else.
+``importlib`` here and nowhere else. Each is a ``bench.ops.Queue`` of size 1, timed in
+the same four phases as worker.py.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import importlib.util
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from bench.measure import pragmas, run_counted
+from bench.measure import pragmas
+from bench.ops import event, timed_phases
 
-__all__ = ["PEERS", "VERBS", "PeerQueue", "installed", "measure_peer", "open_peer", "peer_version"]
+__all__ = ["PEERS", "VERBS", "measure_peer", "open_peer", "peer_version"]
 
 # name shown -> (distribution on PyPI, importable module)
 PEERS: dict[str, tuple[str, str]] = {
@@ -49,113 +50,88 @@ VERBS: dict[str, tuple[str, str, str]] = {
 }
 
 
-class PeerQueue(Protocol):
-    """The three verbs every peer is measured with, and the settings it really uses."""
+class _Peer:
+    """What the three peers share: one job a call, and more jobs put for the cycles.
+    Each subclass is ``bench.ops.Queue``'s methods in one peer's own calls (the same
+    shape on purpose, a deliberate likeness), and ``con``, the connection it writes with."""
 
-    api: str
+    size = 1
+    con: sqlite3.Connection
 
     def put(self, i: int) -> None:
-        """Enqueue job number ``i``."""
+        raise NotImplementedError
 
-    def take(self) -> object:
-        """Take the next job (raise if there is none) and return what ``ack`` needs."""
-
-    def ack(self, handle: object) -> None:
-        """Acknowledge a taken job."""
-
-    def connection(self) -> sqlite3.Connection:
-        """The connection the peer writes with."""
-
-    def close(self) -> None:
-        """Close the peer's connections."""
+    def refill(self, jobs: int) -> None:
+        for i in range(jobs):
+            self.put(10**7 + i)
 
 
-def _payload(i: int) -> dict[str, Any]:
-    return {"id": f"job-{i:08d}", "qty": 1 + i % 1000}
-
-
-# The three adapters have the same shape on purpose (a deliberate likeness, not a copy):
-# each is ``PeerQueue``'s methods in one peer's own calls.
-class _PersistQueue:
-    api = "SQLiteAckQueue: put / get(raw=True) / ack"
-
+class _PersistQueue(_Peer):
     def __init__(self, module: Any, folder: Path) -> None:
         self._queue = module.SQLiteAckQueue(str(folder))
+        self.con = self._queue._putter  # private, but its only connection
 
     def put(self, i: int) -> None:
-        self._queue.put(_payload(i))
+        self._queue.put(event(i))
 
-    def take(self) -> object:
+    def take(self, now_ms: int) -> list[Any]:
         item = self._queue.get(block=False, raw=True)
         if not isinstance(item, dict) or "pqid" not in item:
             raise RuntimeError(f"persist-queue get returned {item!r}")
-        return item
+        return [item]
 
-    def ack(self, handle: object) -> None:
-        if self._queue.ack(handle) is None:
-            raise RuntimeError(f"persist-queue could not ack {handle!r}")
-
-    def connection(self) -> sqlite3.Connection:
-        con: sqlite3.Connection = self._queue._putter
-        return con
+    def ack(self, taken: list[Any], now_ms: int) -> None:
+        if self._queue.ack(taken[0]) is None:
+            raise RuntimeError(f"persist-queue could not ack {taken[0]!r}")
 
     def close(self) -> None:
         self._queue.close()
 
 
-class _LiteQueue:
-    api = "LiteQueue: put / pop / done"
-
+class _LiteQueue(_Peer):
     def __init__(self, module: Any, folder: Path) -> None:
         self._queue = module.LiteQueue(str(folder / "litequeue.sqlite3"))
+        self.con = self._queue.conn
 
     def put(self, i: int) -> None:
-        self._queue.put(json.dumps(_payload(i)))
+        self._queue.put(json.dumps(event(i)))
 
-    def take(self) -> object:
+    def take(self, now_ms: int) -> list[Any]:
         message = self._queue.pop()
         if message is None:
             raise RuntimeError("litequeue pop found no message")
-        return message.message_id
+        return [message.message_id]
 
-    def ack(self, handle: object) -> None:
-        self._queue.done(handle)
-
-    def connection(self) -> sqlite3.Connection:
-        con: sqlite3.Connection = self._queue.conn
-        return con
+    def ack(self, taken: list[Any], now_ms: int) -> None:
+        self._queue.done(taken[0])
 
     def close(self) -> None:
         self._queue.close()
 
 
-class _Huey:
-    api = "SqliteStorage: enqueue / dequeue (no ack)"
-
+class _Huey(_Peer):
     def __init__(self, module: Any, folder: Path) -> None:
         self._storage = module.SqliteStorage(name="bench", filename=str(folder / "huey.db"))
+        self.con = self._storage.conn
 
     def put(self, i: int) -> None:
-        self._storage.enqueue(json.dumps(_payload(i)).encode())
+        self._storage.enqueue(json.dumps(event(i)).encode())
 
-    def take(self) -> object:
+    def take(self, now_ms: int) -> list[Any]:
         data = self._storage.dequeue()
         if data is None:
             raise RuntimeError("huey dequeue found no task")
-        return data
+        return [data]
 
-    def ack(self, handle: object) -> None:
+    def ack(self, taken: list[Any], now_ms: int) -> None:
         """Huey has no ack: ``dequeue`` already deleted the task in its transaction."""
-
-    def connection(self) -> sqlite3.Connection:
-        con: sqlite3.Connection = self._storage.conn
-        return con
 
     def close(self) -> None:
         self._storage.close()
 
 
-_ADAPTERS: dict[str, type[_PersistQueue] | type[_LiteQueue] | type[_Huey]] = {
+Peer = _PersistQueue | _LiteQueue | _Huey
+_ADAPTERS: dict[str, type[Peer]] = {
     "persist-queue": _PersistQueue,
     "litequeue": _LiteQueue,
     "huey": _Huey,
@@ -170,67 +146,31 @@ def peer_version(name: str) -> str | None:
         return None
 
 
-def installed(name: str) -> bool:
-    """True if peer ``name``'s module can be imported here."""
-    try:
-        return importlib.util.find_spec(PEERS[name][1]) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def open_peer(name: str, folder: Path) -> PeerQueue | None:
+def open_peer(name: str, folder: Path) -> Peer | None:
     """Open peer ``name`` in its default mode in ``folder``; ``None`` if not installed."""
     try:
         module = importlib.import_module(PEERS[name][1])
     except ImportError:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    adapter: PeerQueue = _ADAPTERS[name](module, folder)
-    return adapter
+    return _ADAPTERS[name](module, folder)
 
 
 def measure_peer(name: str, folder: Path, count: int, max_seconds: float) -> dict[str, Any]:
-    """Time ``count`` enqueues, takes, acks and take+ack cycles of peer ``name``.
-
-    Returns ``{"installed": False}`` if the peer is not installed; otherwise its
-    version, API, the journal mode and synchronous setting its connection really uses,
-    and one ``Timed`` figure per phase (as JSON).
-    """
+    """``{"installed": False}`` if peer ``name`` is not installed; else its version, the
+    journal mode and synchronous setting its connection really uses, and ``count``
+    calls of each of ``bench.ops``' phases (as ``Timed`` JSON)."""
     peer = open_peer(name, folder)
     if peer is None:
         return {"installed": False}
     try:
-        journal, sync = pragmas(peer.connection())
-        handles: list[object] = []
-
-        def put(i: int) -> int:
-            peer.put(i)
-            return 1
-
-        def take(_: int) -> int:
-            handles.append(peer.take())
-            return 1
-
-        def ack(i: int) -> int:
-            peer.ack(handles[i])
-            return 1
-
-        def cycle(_: int) -> int:
-            peer.ack(peer.take())
-            return 1
-
-        figures = {"enqueue": run_counted(put, count, max_seconds)}
-        figures["claim"] = run_counted(take, figures["enqueue"].count, max_seconds)
-        figures["finish"] = run_counted(ack, len(handles), max_seconds)
-        for i in range(count):
-            peer.put(count + i)
-        figures["cycle"] = run_counted(cycle, count, max_seconds)
+        journal, sync = pragmas(peer.con)
+        figures = timed_phases(peer, count, max_seconds)
     finally:
         peer.close()
     return {
         "installed": True,
         "version": peer_version(name),
-        "api": peer.api,
         "journal_mode": journal,
         "synchronous": sync,
         **{phase: timed.as_dict() for phase, timed in figures.items()},

@@ -1,50 +1,68 @@
-"""docs/performance.md: the user page, rendered from one recorded run of ``bench.perf``.
+"""Every page the benches write, rendered from their records: docs/performance.md
+(``bench.perf``), the two generated sections of docs/postgres.md (``bench.postgres``,
+``bench.postgres_peers``) and the slow-states table (``bench.slowpaths``).
 
-``render(results)`` turns the JSON ``bench.perf`` writes into the page: its tables and
-every number in its prose come from that JSON, and the words around them from this
-module, so the page cannot drift from its record. ``python -m bench.perf --render
-docs/performance.json --page docs/performance.md`` renders it again without a run,
-and a test checks that the committed page is exactly the render of the committed JSON.
-Ratios compare figures of the same run only.
+The tables and every number in the prose come from the record, the words around them
+from this module, so that a page cannot drift from its record: each bench's
+``--render JSON`` renders it again without a run, and a test checks that each
+committed page (or section) is exactly the render of its committed JSON. Ratios
+compare figures of the same run only.
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterable
 from typing import Any
 
-from bench import delivery
+from bench.delivery import BUILDS_ON
 from bench.peers import VERBS
 
-__all__ = ["CONTRACT_MODE", "limit_per_s", "render", "tx_per_job"]
+__all__ = ["CONTRACT_MODE", "PEERS_MARKS", "POSTGRES_MARKS", "limit_per_s", "peers"]
+__all__ += ["performance", "postgres", "slow_states"]
 
 CONTRACT_MODE = "DELETE+FULL"
-NOTEBOOK = "dev/2026-12-01-performance-notebook.md"
-NOTE = "dev/2026-12-01-single-calls-and-couriers.md"
-# Write transactions per job of each phase, for single calls; batch calls divide by size.
-_TX_PER_CALL = {"enqueue": 1, "claim": 1, "finish": 1, "cycle": 2}
-_PHASE_NAMES = {
-    "single": {
-        "enqueue": "enqueue",
-        "claim": "claim",
-        "finish": "finish",
-        "cycle": "claim + finish",
-    },
-    "batch": {
-        "enqueue": "enqueue_many",
-        "claim": "claim_many",
-        "finish": "finish_many",
-        "cycle": "claim_many + finish_many",
-    },
-}
+POSTGRES_MARKS = (
+    "<!-- bench.postgres: begin (generated, do not edit) -->",
+    "<!-- bench.postgres: end -->",
+)
+PEERS_MARKS = (
+    "<!-- bench.postgres_peers: begin (generated, do not edit) -->",
+    "<!-- bench.postgres_peers: end -->",
+)
+NOTES = (
+    "[notebook](dev/2026-12-01-performance-notebook.md), [ceilings and"
+    " couriers](dev/2026-12-01-single-calls-and-couriers.md)"
+)
+WIDTH = 98  # the page's prose is wrapped at this width
+# bench.postgres' goals at GOAL_PROCESSES couriers: the ratio to SQLite, every share
+GOAL_RATIO, GOAL_SPREAD, GOAL_PROCESSES = 3.0, (0.5, 2.0), 8
+# (phase, its single call, its batch call, write transactions per call)
+_PHASES = (
+    ("enqueue", "enqueue", "enqueue_many", 1),
+    ("claim", "claim", "claim_many", 1),
+    ("finish", "finish", "finish_many", 1),
+    ("cycle", "claim + finish", "claim_many + finish_many", 2),
+)
 _MODES = {
     "DELETE+FULL": "yes: the contract's settings",
     "WAL+FULL": "yes, but a `-wal` and a `-shm` file must stay with the queue file",
     "WAL+NORMAL": "no: a commit can be lost in a power cut",
     "DELETE+OFF": "no: a power cut can corrupt the file",
 }
-# What to do about each slow state (bench.slowpaths); a case whose cost does not grow
-# with its size needs nothing.
+# Each layer of a courier's round, and what it adds to the layer it builds on.
+_LAYERS = {
+    "run_once": ("`run_once` on one connection, a send that returns at once", ""),
+    "run_file": (
+        "`run_file` instead: the file opened for each round (the runner keeps it open)",
+        "reopening the file",
+    ),
+    "HTTP": ("`run_once` + HTTP: a server that answers 200 at once", "the HTTP request"),
+    "receiver": ("+ the receiver: its inbox commit before the answer", "the receiver's commit"),
+    "runner": ("`courier run`'s loop (`run_courier`) around it", "the runner's loop"),
+}
+# What to do about each slow state (bench.slowpaths) whose claim+finish misses its goal;
+# a state whose cost does not grow with its size needs nothing.
 _ADVICE = {
     "ahead-and-due": "jobs enqueued ahead (a producer's clock runs fast) with due jobs behind "
     "them: each claim reads past them. Keep producers and couriers on the contract's one time "
@@ -59,74 +77,16 @@ _FLAT = (
     "order through a partial index of its own, the retries and the leases only when one is "
     "due, and the quarantine runs only when it has a job to move."
 )
-# The paragraph before each section's table.
-_INTROS = {
-    "The settings and what they cost": "A bare one-row write transaction in each mode, on the "
-    "same disk; the first row is **the limit** of any call that is one write transaction "
-    "under the contract:",
-    "The peers": "The same work through persist-queue, litequeue and huey in their default "
-    "modes (read back from their own connections), on the same disk:",
-    "Latency against rows": "One claim and its finish, timed together, in files of `pending` "
-    "rows (all due) and of `history` rows (mostly done and dead, a tenth waiting retries, "
-    "due jobs last):",
-    "Couriers end to end": "One courier's round, a layer at a time ({layer_seconds} s each, the "
-    "median of 3 rounds):",
-    "Slow states, and what to do about them": "States a real queue reaches in which claim's "
-    "cost could grow, each at a small and a large size, and a batch (`claim_many` + "
-    "`finish_many`) in the same state:",
-}
-_GROWS = 2.0  # a case grows if its large size costs this many times its small size
-WIDTH = 98  # the page's prose is wrapped at this width
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
-def _spread(figure: dict[str, Any]) -> str:
-    """The lowest and highest round of a figure, or ``-`` for a single round."""
-    rounds = figure.get("rounds_per_s", [])
-    return "-" if len(rounds) < 2 else f"{min(rounds):,.0f} - {max(rounds):,.0f}"
-
-
-def limit_per_s(results: dict[str, Any], mode: str = CONTRACT_MODE) -> float | None:
-    """Bare one-row write transactions per second in ``mode`` (the limit), if measured."""
-    bare = results.get("limit", {}).get("bare", {}).get(mode)
-    return float(bare["per_s"]) if bare else None
-
-
-def tx_per_job(kind: str, phase: str, size: int) -> float:
-    """Write transactions per job: 1 (2 for a cycle) per call, shared by a batch's jobs."""
-    return _TX_PER_CALL[phase] / (size if kind == "batch" else 1)
-
-
-def _ratio(results: dict[str, Any], kind: str, phase: str) -> float | None:
-    """A phase's write transactions per second as a share of the limit's.
-
-    With several rounds, each round's figure is divided by the limit measured in the
-    same round (seconds before it), and the median of those ratios is the result.
-    """
-    bare = results.get("limit", {}).get("bare", {}).get(CONTRACT_MODE)
-    section = results.get("worker", {}).get(kind, {})
-    if bare is None or phase not in section:
-        return None
-    tx = tx_per_job(kind, phase, int(section.get("size", 1)))
-    ours = section[phase].get("rounds_per_s") or [section[phase]["per_s"]]
-    limits = bare.get("rounds_per_s") or [bare["per_s"]]
-    if len(ours) != len(limits):
-        ours, limits = [section[phase]["per_s"]], [bare["per_s"]]
-    ratios = sorted(float(o) * tx / float(b) for o, b in zip(ours, limits, strict=True))
-    return ratios[(len(ratios) - 1) // 2]
-
-
-def _syncs(results: dict[str, Any]) -> dict[tuple[str, str], float | None]:
-    rows = results.get("syncs", {}).get("rows", [])
-    return {(row["system"], row["op"]): row.get("per_call") for row in rows}
+def _table(header: str, rows: Iterable[str], align: str = "---") -> list[str]:
+    """A markdown table: ``header`` and each row are cells joined by `` | ``."""
+    columns = header.count(" | ") + 1
+    return [f"| {header} |", "|" + f"{align}|" * columns, *(f"| {row} |" for row in rows)]
 
 
 def _para(*parts: str) -> list[str]:
@@ -138,23 +98,40 @@ def _para(*parts: str) -> list[str]:
     )
 
 
-def _section(title: str, table: list[str], **values: object) -> list[str]:
-    """A ``##`` section: its title, its ``_INTROS`` paragraph (with ``values``), the table."""
-    return [f"## {title}", "", *_para(_INTROS[title].format(**values)), "", *table]
+def limit_per_s(results: dict[str, Any], mode: str = CONTRACT_MODE) -> float:
+    """Bare one-row write transactions per second in ``mode`` (the limit)."""
+    return float(results["limit"]["bare"][mode]["per_s"])
 
 
-def _per_s(results: dict[str, Any], *path: str) -> float:
-    value: Any = results
-    for key in path:
-        value = value[key]
-    return float(value["per_s"])
+def _share_of_limit(results: dict[str, Any], figure: dict[str, Any], tx: float) -> float:
+    """A phase's write transactions per second (``tx`` a job) as a share of the limit's.
+
+    With several rounds, each round's figure is divided by the limit measured in the
+    same round (seconds before it), and the median of those ratios is the result.
+    """
+    bare = results["limit"]["bare"][CONTRACT_MODE]
+    ours = figure.get("rounds_per_s") or [figure["per_s"]]
+    limits = bare.get("rounds_per_s") or [bare["per_s"]]
+    if len(ours) != len(limits):
+        ours, limits = [figure["per_s"]], [bare["per_s"]]
+    ratios = sorted(float(o) * tx / float(b) for o, b in zip(ours, limits, strict=True))
+    return ratios[(len(ratios) - 1) // 2]
 
 
-# --- the sections ------------------------------------------------------------------
+def _syncs(results: dict[str, Any], system: str, *ops: str) -> float | None:
+    """The syncs of ``ops`` on ``system`` together, per call (``None``: not counted)."""
+    found = {
+        (row["system"], row["op"]): row["per_call"] for row in results["syncs"].get("rows", [])
+    }
+    counted = [found.get((system, op)) for op in ops]
+    return None if None in counted else sum(c or 0.0 for c in counted)
+
+
+# --- docs/performance.md: bench.perf ----------------------------------------------------
 
 
 def _intro(results: dict[str, Any]) -> list[str]:
-    meta = results.get("meta", {})
+    meta = results["meta"]
     return [
         "# Performance",
         "",
@@ -163,349 +140,281 @@ def _intro(results: dict[str, Any]) -> list[str]:
             "`synchronous=FULL`): every write transaction waits for the disk. This page shows",
             "what that costs and what batches buy. Every figure is from one run of `make",
             "bench`, recorded in [`performance.json`](performance.json):",
-            f"on {str(meta.get('started', '?'))[:10]}, {meta.get('machine', '?')}, disk",
-            f"{meta.get('disk', '?')}, SQLite {meta.get('sqlite', '?')}, Python",
-            f"{meta.get('python', '?')}; absolute figures depend on the disk, ratios carry over.",
+            f"on {meta['started'][:10]}, {meta['machine']}, disk {meta['disk']}, SQLite",
+            f"{meta['sqlite']}, Python {meta['python']}; absolute figures depend on the disk,",
+            "ratios carry over.",
         ),
     ]
 
 
 def _settings(results: dict[str, Any]) -> list[str]:
-    bare = results.get("limit", {}).get("bare", {})
-    syncs = _syncs(results)
-    rows = [
-        [
-            f"`{mode}`",
-            _fmt(figure["per_s"]),
-            _fmt(syncs.get((f"bare {mode}", "transaction")), 2),
-            _MODES.get(mode, ""),
-        ]
+    bare = results["limit"]["bare"]
+    modes = [
+        f"`{mode}` | {_fmt(figure['per_s'])} | "
+        f"{_fmt(_syncs(results, f'bare {mode}', 'transaction'), 2)} | {_MODES[mode]}"
         for mode, figure in bare.items()
     ]
-    fsync = results.get("limit", {}).get("fsync")
-    if fsync:
-        rows.append(["no SQLite: write 4 KiB, fsync", _fmt(fsync["per_s"]), "one fsync", "-"])
-    header = ["journal+synchronous", "transactions/s", "syncs per commit", "durable"]
-    lines = _section("The settings and what they cost", _table(header, rows))
-    lines.append("")
-    limit, wal = limit_per_s(results), limit_per_s(results, "WAL+FULL")
-    off = limit_per_s(results, "DELETE+OFF")
-    if limit and wal and off:
-        full_us, off_us = 1e6 / limit, 1e6 / off
-        commit_syncs = _fmt(syncs.get((f"bare {CONTRACT_MODE}", "transaction")))
-        lines += _para(
-            f"A commit syncs {commit_syncs} times (the journal, its directory, the journal again,",
-            f"the database): a bare transaction spends {_fmt(full_us - off_us)} of its",
-            f"{_fmt(full_us)} µs on durability. WAL with FULL syncs once ({wal / limit:.1f}x the",
-            "limit); the contract keeps DELETE so that a queue is one self-contained file.",
-        )
+    modes.append(f"no SQLite: write 4 KiB, fsync | {_fmt(results['limit']['fsync']['per_s'])}")
+    modes[-1] += " | one fsync | -"
+    full_us, off_us = 1e6 / limit_per_s(results), 1e6 / limit_per_s(results, "DELETE+OFF")
+    wal = limit_per_s(results, "WAL+FULL") / limit_per_s(results)
+    ceiling = results["ceiling"]
+    costs = []
+    for call, name, *_ in (*_PHASES, ("redrive", "redrive")):
+        full, off = ceiling["synced"][call], ceiling["without_sync"][call]
+        us = [
+            side[f"{key}_us_per_tx"] * full["tx_per_step"]
+            for side in (full, off)
+            for key in ("call", "ceiling")
+        ]
+        costs.append(f"`{name}` | {_fmt(us[0])} | {_fmt(us[1])} | **{full['share']:.2f}** | ")
+        costs[-1] += f"{_fmt(us[2])} | {_fmt(us[3])}"
     return [
-        *lines,
+        "## The settings and what they cost",
+        "",
+        *_para(
+            "A bare one-row write transaction in each mode, on the same disk; the first row is",
+            "**the limit** of any call that is one write transaction under the contract:",
+        ),
+        "",
+        *_table("journal+synchronous | transactions/s | syncs per commit | durable", modes),
+        "",
+        *_para(
+            f"A commit syncs {_fmt(_syncs(results, f'bare {CONTRACT_MODE}', 'transaction'))}",
+            "times (the journal, its directory, the journal again, the database): a bare",
+            f"transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
+            f"durability. WAL with FULL syncs once ({wal:.1f}x the limit); the contract keeps",
+            "DELETE so that a queue is one self-contained file.",
+        ),
         "",
         *_para(
             "Each single call beside **its ceiling**, the same row writes with the same indexes",
             "alone in their transaction, timed step by step beside it (share: the ceiling's time",
-            f"over the call's; a ceiling beside itself got {_beside_itself(results)}); with",
-            "synchronous=OFF (not a mode of the queue) the code's own cost shows:",
+            "over the call's; a ceiling beside itself got",
+            f"{ceiling['synced']['ceiling_beside_itself']['share']:.2f}); with synchronous=OFF",
+            "(not a mode of the queue) the code's own cost shows:",
         ),
         "",
-        *_cost_table(results),
+        *_table(
+            "call | µs per call | its ceiling, µs | share of the ceiling | µs with "
+            "synchronous=OFF (not durable) | its ceiling, µs",
+            costs,
+        ),
     ]
-
-
-_CEILING_CALLS = {**_PHASE_NAMES["single"], "redrive": "redrive"}
-
-
-def _beside_itself(results: dict[str, Any]) -> str:
-    """The share a ceiling got beside itself, synced, or ``-`` if not measured."""
-    figure = results.get("ceiling", {}).get("synced", {}).get("ceiling_beside_itself")
-    return "-" if figure is None else f"{figure['share']:.2f}"
-
-
-def _cost_table(results: dict[str, Any]) -> list[str]:
-    """Each single call beside its ceiling, with the contract's sync and without."""
-    section = results.get("ceiling", {})
-    synced, unsynced = section.get("synced", {}), section.get("without_sync", {})
-    rows = []
-    for call, name in _CEILING_CALLS.items():
-        if call in synced and call in unsynced:
-            full, off = synced[call], unsynced[call]
-            tx = int(full["tx_per_step"])
-            rows.append(
-                [
-                    f"`{name}`",
-                    _fmt(full["call_us_per_tx"] * tx),
-                    _fmt(full["ceiling_us_per_tx"] * tx),
-                    f"**{full['share']:.2f}**",
-                    _fmt(off["call_us_per_tx"] * tx),
-                    _fmt(off["ceiling_us_per_tx"] * tx),
-                ]
-            )
-    header = ["call", "µs per call", "its ceiling, µs", "share of the ceiling"]
-    header += ["µs with synchronous=OFF (not durable)", "its ceiling, µs"]
-    return _table(header, rows)
 
 
 def _throughput(results: dict[str, Any]) -> list[str]:
-    worker = results.get("worker", {})
-    single = worker.get("single", {})
+    single, batch = results["worker"]["single"], results["worker"]["batch"]
     rows = []
-    for kind in ("single", "batch"):
-        section = worker.get(kind, {})
-        size = int(section.get("size", 1))
-        for phase, name in _PHASE_NAMES[kind].items():
-            if phase not in section:
-                continue
-            figure = section[phase]
-            times = (
-                f"{float(figure['per_s']) / float(single[phase]['per_s']):.1f}x"
-                if kind == "batch" and phase in single
-                else "-"
-            )
+    for section, size in ((single, 1), (batch, int(batch["size"]))):
+        for phase, one, many, tx in _PHASES:
+            figure, rounds = section[phase], section[phase].get("rounds_per_s", [])
+            share = _share_of_limit(results, figure, tx / size)
+            times = "-" if size == 1 else f"{figure['per_s'] / single[phase]['per_s']:.1f}x"
+            spread = "-" if len(rounds) < 2 else f"{min(rounds):,.0f} - {max(rounds):,.0f}"
             rows.append(
-                [
-                    f"`{name}`" + (f" ({size})" if kind == "batch" else ""),
-                    _fmt(figure["per_s"]),
-                    _fmt(tx_per_job(kind, phase, size), 3 if kind == "batch" else 0),
-                    _fmt(_ratio(results, kind, phase), 2),
-                    times,
-                    _spread(figure),
-                ]
+                f"{f'`{one}`' if size == 1 else f'`{many}` ({size})'} | {_fmt(figure['per_s'])} | "
+                f"{_fmt(tx / size, 0 if size == 1 else 3)} | {share:.2f} | {times} | {spread}"
             )
-    header = ["call", "jobs/s", "commits per job", "share of the limit", "vs single"]
-    lines = [
+    cycles = (single["cycle"]["per_s"], batch["cycle"]["per_s"])
+    return [
         "## Throughput",
         "",
-        *_table([*header, "rounds (jobs/s)"], rows),
+        *_table(
+            "call | jobs/s | commits per job | share of the limit | vs single | rounds (jobs/s)",
+            rows,
+        ),
         "",
         "![jobs per second of every system and mode; claim+finish latency against rows]"
         "(performance.png)",
+        "",
+        *_para(
+            f"One job at a time every call is a commit: {_fmt(cycles[0])} claim+finish cycles",
+            f"a second. A batch of {batch['size']} is one commit for all its jobs:",
+            f"{_fmt(cycles[1])} jobs a second, {cycles[1] / cycles[0]:.1f}x the single cycle.",
+        ),
     ]
-    batch = worker.get("batch", {})
-    if "cycle" in single and "cycle" in batch:
-        gain = float(batch["cycle"]["per_s"]) / float(single["cycle"]["per_s"])
-        lines += [
-            "",
-            *_para(
-                f"One job at a time every call is a commit: {_fmt(single['cycle']['per_s'])}",
-                f"claim+finish cycles a second. A batch of {batch['size']} is one commit for all",
-                f"its jobs: {_fmt(batch['cycle']['per_s'])} jobs a second, {gain:.1f}x the single",
-                "cycle.",
-            ),
-        ]
-    return lines
+
+
+def _system(
+    name: str, calls: str, mode: str, syncs: float | None, figures: dict[str, Any], fenced: str
+) -> str:
+    """A row of the peers' table."""
+    enqueue, cycle = _fmt(figures["enqueue"]["per_s"]), _fmt(figures["cycle"]["per_s"])
+    return f"{name} | {calls} | `{mode}` | {_fmt(syncs, 2)} | {enqueue} | {cycle} | {fenced}"
 
 
 def _peers(results: dict[str, Any]) -> list[str]:
-    syncs = _syncs(results)
-    rows = []
-    worker = results.get("worker", {})
-    for kind, mode in (("single", "single calls"), ("batch", "batches")):
-        section = worker.get(kind)
-        if not section or "cycle" not in section:
-            continue
-        size = int(section.get("size", 1))
-        ops = ("claim", "finish") if kind == "single" else ("claim_many", "finish_many")
-        total = [syncs.get(("worker", op)) for op in ops]
-        per_cycle = None if None in total else sum(t or 0.0 for t in total) / size
-        label = mode if kind == "single" else f"{mode} of {size}"
-        rows.append(_system_row("lease-queue", label, CONTRACT_MODE, per_cycle, section, "yes"))
-    measured = {n: p for n, p in results.get("peers", {}).items() if p.get("installed")}
+    single, batch = results["worker"]["single"], results["worker"]["batch"]
+    many = _syncs(results, "worker", "claim_many", "finish_many")
+    ones = _syncs(results, "worker", "claim", "finish")
+    rows = [
+        _system("lease-queue", "single calls", CONTRACT_MODE, ones, single, "yes"),
+        _system(
+            "lease-queue",
+            f"batches of {batch['size']}",
+            CONTRACT_MODE,
+            None if many is None else many / batch["size"],
+            batch,
+            "yes",
+        ),
+    ]
+    measured = {n: p for n, p in results["peers"].items() if p["installed"]}
     for name, peer in measured.items():
-        total = [syncs.get((name, op)) for op in ("claim", "finish")]
-        per_cycle = None if None in total else sum(t or 0.0 for t in total)
-        mode = f"{peer['journal_mode']}+{peer['synchronous']}"
         verbs = " / ".join(f"`{v}`" for v in VERBS[name] if not v.startswith("("))
-        rows.append(_system_row(name, f"{peer['version']}: {verbs}", mode, per_cycle, peer, "no"))
-    header = ["system", "calls", "mode", "syncs per take+ack", "enqueue jobs/s"]
-    lines = _section("The peers", _table([*header, "take+ack jobs/s", "fenced lease"], rows))
-    if measured and "cycle" in worker.get("batch", {}):
-        best = max(measured, key=lambda n: _per_s(results, "peers", n, "cycle"))
-        slowest = min(_per_s(results, "peers", n, "cycle") for n in measured)
-        commit_syncs = _fmt(syncs.get(("worker", "claim")))
-        lines += [
-            "",
-            *_para(
-                "None of the peers has a lease with an expiry and a fencing token. One job at a",
-                "time lease-queue is the slowest",
-                f"({_fmt(_per_s(results, 'worker', 'single', 'cycle'))} take+ack jobs/s",
-                f"against {_fmt(slowest)} to {_fmt(_per_s(results, 'peers', best, 'cycle'))}),",
-                f"paying {commit_syncs} syncs per commit where the WAL peers pay one or none;",
-                "in batches it is ahead of all of them",
-                f"({_fmt(_per_s(results, 'worker', 'batch', 'cycle'))} against",
-                f"{_fmt(_per_s(results, 'peers', best, 'cycle'))} for {best}).",
-            ),
-        ]
-    return lines
-
-
-def _system_row(
-    name: str, calls: str, mode: str, syncs: float | None, figures: dict[str, Any], fenced: str
-) -> list[str]:
-    enqueue, cycle = figures["enqueue"]["per_s"], figures["cycle"]["per_s"]
-    return [name, calls, f"`{mode}`", _fmt(syncs, 2), _fmt(enqueue), _fmt(cycle), fenced]
+        mode, syncs = (
+            f"{peer['journal_mode']}+{peer['synchronous']}",
+            _syncs(results, name, "claim", "finish"),
+        )
+        rows.append(_system(name, f"{peer['version']}: {verbs}", mode, syncs, peer, "no"))
+    lines = [
+        "## The peers",
+        "",
+        *_para(
+            "The same work through persist-queue, litequeue and huey in their default modes",
+            "(read back from their own connections), on the same disk:",
+        ),
+        "",
+        *_table(
+            "system | calls | mode | syncs per take+ack | enqueue jobs/s | take+ack jobs/s "
+            "| fenced lease",
+            rows,
+        ),
+    ]
+    cycles = {name: float(peer["cycle"]["per_s"]) for name, peer in measured.items()}
+    if not cycles:
+        return lines
+    best = max(cycles, key=cycles.__getitem__)
+    return [
+        *lines,
+        "",
+        *_para(
+            "None of the peers has a lease with an expiry and a fencing token. One job at a",
+            f"time lease-queue is the slowest ({_fmt(single['cycle']['per_s'])} take+ack",
+            f"jobs/s against {_fmt(min(cycles.values()))} to {_fmt(cycles[best])}), paying",
+            f"{_fmt(_syncs(results, 'worker', 'claim'))} syncs per commit where the WAL peers",
+            "pay one or none; in batches it is ahead of all of them",
+            f"({_fmt(batch['cycle']['per_s'])} against {_fmt(cycles[best])} for {best}).",
+        ),
+    ]
 
 
 def _latency(results: dict[str, Any]) -> list[str]:
     by_rows: dict[int, dict[str, dict[str, Any]]] = {}
-    for entry in results.get("latency", {}).get("results", []):
+    for entry in results["latency"]["results"]:
         by_rows.setdefault(int(entry["rows"]), {})[entry["shape"]] = entry
-    rows = []
-    for count in sorted(by_rows):
-        row = [f"{count:,}"]
-        for shape in ("pending", "history"):
-            entry = by_rows[count].get(shape)
-            row += [_fmt(entry["p50_ms"], 2), _fmt(entry["p99_ms"], 2)] if entry else ["-"] * 2
-        rows.append(row)
-    header = ["rows", "pending: p50 ms", "p99 ms", "history: p50 ms", "p99 ms"]
-    lines = _section("Latency against rows", _table(header, rows))
-    prose: list[str] = []
-    if len(by_rows) > 1:
-        small, large = min(by_rows), max(by_rows)
-        growth = [
-            f"{by_rows[large][shape]['p50_ms'] / by_rows[small][shape]['p50_ms']:.2f}x ({shape})"
-            for shape in ("pending", "history")
-            if shape in by_rows[large] and shape in by_rows[small]
-        ]
-        prose += [
-            f"p50 at {large:,} rows is {' and '.join(growth)} p50 at {small:,}: the partial",
-            "indexes cover live rows only, so done and dead history costs a claim nothing.",
-        ]
-    foreign = results.get("foreign_file")
-    if foreign:
-        prose += [
-            f"A file made elsewhere with only the contract's two tables ({foreign['rows']:,}",
-            f"rows) gets the {len(foreign['indexes_after'])} indexes on its first",
-            f"`open_queue`: {foreign['open_s']} s, holding the write lock that long once;",
+    shapes = ("pending", "history")
+    rows = [
+        f"{count:,} | "
+        + " | ".join(
+            f"{by_rows[count][s]['p50_ms']:.2f} | {by_rows[count][s]['p99_ms']:.2f}" for s in shapes
+        )
+        for count in sorted(by_rows)
+    ]
+    small, large = by_rows[min(by_rows)], by_rows[max(by_rows)]
+    growth = [f"{large[s]['p50_ms'] / small[s]['p50_ms']:.2f}x ({s})" for s in shapes]
+    foreign = results["foreign_file"]
+    return [
+        "## Latency against rows",
+        "",
+        *_para(
+            "One claim and its finish, timed together, in files of `pending` rows (all due) and",
+            "of `history` rows (mostly done and dead, a tenth waiting retries, due jobs last):",
+        ),
+        "",
+        *_table("rows | pending: p50 ms | p99 ms | history: p50 ms | p99 ms", rows),
+        "",
+        *_para(
+            f"p50 at {max(by_rows):,} rows is {' and '.join(growth)} p50 at {min(by_rows):,}:",
+            "the partial indexes cover live rows only, so done and dead history costs a claim",
+            "nothing. A file made elsewhere with only the contract's two tables",
+            f"({foreign['rows']:,} rows) gets the {len(foreign['indexes_after'])} indexes on its",
+            f"first `open_queue`: {foreign['open_s']} s, holding the write lock that long once;",
             f"then p50 {foreign['p50_ms']:.2f} ms.",
-        ]
-    return [*lines, "", *_para(*prose)] if prose else lines
-
-
-_LAYER_NAMES = {
-    "run_once": "`run_once` on one connection, a send that returns at once",
-    "run_file": "`run_file` instead: the file opened for each round (the runner keeps it open)",
-    "HTTP": "`run_once` + HTTP: a server that answers 200 at once",
-    "receiver": "+ the receiver: its inbox commit before the answer",
-    "runner": "`courier run`'s loop (`run_courier`) around it",
-}
-
-
-_LAYER_COSTS = {
-    "run_file": "reopening the file",
-    "HTTP": "the HTTP request",
-    "receiver": "the receiver's commit",
-    "runner": "the runner's loop",
-}
+        ),
+    ]
 
 
 def _couriers(results: dict[str, Any]) -> list[str]:
-    section = results.get("couriers", {})
-    layers, entries = section.get("layers", {}), section.get("results", [])
-    if not layers or not entries:
-        return ["## Couriers end to end", "", "Not measured."]
-    rows: list[list[str]] = []
-    costs: dict[str, float] = {}
+    section = results["couriers"]
+    layers, fleets = section["layers"], section["results"]
+    ms = {name: 1e3 / float(layer["per_s"]) for name, layer in layers.items()}
+    added = {name: ms[name] - ms[below] for name, below in BUILDS_ON.items()}
     base = float(layers["run_once"]["per_s"])
-    for name, label in _LAYER_NAMES.items():
-        rate = float(layers[name]["per_s"])
-        if name in delivery.BUILDS_ON:
-            costs[name] = 1e3 / rate - 1e3 / float(layers[delivery.BUILDS_ON[name]]["per_s"])
-        added = _fmt(costs[name], 2) if name in costs else "-"
-        rows.append([label, _fmt(rate), f"{rate / base:.2f}", _fmt(1e3 / rate, 2), added])
-    header = ["one courier's round", "deliveries/s", "of `run_once`", "ms each", "ms added"]
-    fleet = [
-        [
-            str(entry["processes"]),
-            _fmt(entry["per_s"]),
-            f"{entry['smallest_share']:.2f} - {entry['largest_share']:.2f}",
-            str(entry["lock_timeouts"]),
-            str(entry["stale"]),
-        ]
-        for entry in entries
+    rows = [
+        f"{label} | {_fmt(layers[name]['per_s'])} | {layers[name]['per_s'] / base:.2f} | "
+        f"{ms[name]:.2f} | {_fmt(added.get(name), 2)}"
+        for name, (label, _) in _LAYERS.items()
     ]
-    fleet_header = ["couriers", "deliveries/s, all", "each courier's share of the mean"]
-    fleet_header += ["lock timeouts", "stale finishes"]
-    runner = float(layers["runner"]["per_s"])
-    largest = max((name for name in costs if name != "run_file"), key=lambda name: costs[name])
-    smallest_share = min(entry["smallest_share"] for entry in entries if entry["processes"] > 1)
+    largest = max((name for name in added if name != "run_file"), key=added.__getitem__)
+    shares = [
+        f"{fleet['processes']} | {_fmt(fleet['per_s'])} | {fleet['smallest_share']:.2f} - "
+        f"{fleet['largest_share']:.2f} | {fleet['lock_timeouts']} | {fleet['stale']}"
+        for fleet in fleets
+    ]
+    fewest = min(fleet["smallest_share"] for fleet in fleets if fleet["processes"] > 1)
     return [
-        *_section(
-            "Couriers end to end",
-            _table(header, rows),
-            layer_seconds=section["layer_seconds"],
+        "## Couriers end to end",
+        "",
+        *_para(
+            f"One courier's round, a layer at a time ({section['layer_seconds']} s each, the",
+            f"median of {section.get('layer_rounds', 3)} rounds):",
         ),
+        "",
+        *_table("one courier's round | deliveries/s | of `run_once` | ms each | ms added", rows),
         "",
         *_para(
             "The runner keeps its queue and HTTP connections open; the receiver (its own",
-            f"process) keeps a WAL inbox. One courier delivers {runner / base:.2f} of the",
-            f"`run_once` rate; the largest step is {_LAYER_COSTS[largest]} ({costs[largest]:.2f}",
-            f"ms a delivery). N `courier run` processes, one receiver, {section['seconds']} s:",
+            "process) keeps a WAL inbox. One courier delivers",
+            f"{layers['runner']['per_s'] / base:.2f} of the `run_once` rate; the largest step is",
+            f"{_LAYERS[largest][1]} ({added[largest]:.2f} ms a delivery). N `courier run`",
+            f"processes, one receiver, {section['seconds']} s:",
         ),
         "",
-        *_table(fleet_header, fleet),
+        *_table(
+            "couriers | deliveries/s, all | each courier's share of the mean | lock timeouts "
+            "| stale finishes",
+            shares,
+        ),
         "",
         *_para(
             "SQLite lets one writer in at a time, so N couriers together deliver at about the",
             "rate of one; they take turns at the file's writes (a `flock`), so none waits out the",
-            f"1 s busy timeout. Every courier got at least {smallest_share:.2f} of the mean.",
+            f"1 s busy timeout. Every courier got at least {fewest:.2f} of the mean.",
         ),
     ]
 
 
-def _growth(large: object, small: object) -> str:
-    """``large / small`` as ``1.03x``; ``-`` when either is missing."""
-    if not isinstance(large, int | float) or not isinstance(small, int | float) or not small:
-        return "-"
-    return f"{large / small:.2f}x"
-
-
 def _slow_states(results: dict[str, Any]) -> list[str]:
-    by_case: dict[str, list[dict[str, Any]]] = {}
-    for entry in results.get("slowpaths", []):
-        by_case.setdefault(entry["case"], []).append(entry)
-    rows, flat, advice = [], [], []
-    for case, sizes in by_case.items():
-        small, large = sizes[0], sizes[-1]
-        grows = float(large["p50_ms"]) >= _GROWS * float(small["p50_ms"])
-        if grows:
-            advice += _para(f"- `{case}`: {_ADVICE.get(case, '')}")
+    part = results["slowpaths"]
+    advice, flat = [], []
+    for small, large in _small_and_large(part):
+        if large["p50_ms"] / small["p50_ms"] <= part["goals"]["cycle"]:
+            flat.append(f"`{small['case']}`")
         else:
-            flat.append(f"`{case}`")
-        rows.append(
-            [
-                f"`{case}`",
-                small["grows_with"],
-                f"{small['size']:,} / {large['size']:,}",
-                f"{_fmt(small['p50_ms'], 2)} / {_fmt(large['p50_ms'], 2)}",
-                _growth(large["p50_ms"], small["p50_ms"]),
-                f"{_fmt(small.get('batch_p50_ms'), 1)} / {_fmt(large.get('batch_p50_ms'), 1)}",
-                _growth(large.get("batch_p50_ms"), small.get("batch_p50_ms")),
-                "**grows**" if grows else "flat",
-            ]
-        )
-    if flat:
-        advice = _para(f"- {', '.join(flat)}: {_FLAT}") + advice
-    size = next(iter(by_case.values()))[0].get("batch_size", "?") if by_case else "?"
-    header = ["state", "what grows", "how many", "claim+finish p50 ms", "large/small"]
-    header += [f"batch of {size} ms", "large/small"]
-    table = _table([*header, "verdict"], rows)
-    return [*_section("Slow states, and what to do about them", table), "", *advice]
+            advice += _para(f"- `{small['case']}`: {_ADVICE.get(small['case'], '')}")
+    return [
+        "## Slow states, and what to do about them",
+        "",
+        *slow_states(part, titled=False).splitlines(),
+        "",
+        *(_para(f"- {', '.join(flat)}: {_FLAT}") if flat else []),
+        *advice,
+    ]
 
 
 def _method(results: dict[str, Any]) -> list[str]:
-    settings = results.get("meta", {}).get("settings", {})
+    settings = results["meta"]["settings"]
     return [
         "## How it measures",
         "",
         *_para(
-            f"Throughput: {settings.get('count', '?'):,} single calls or",
-            f"{settings.get('batches', '?')} batches per phase, every result checked, on",
-            "virtual time (`now_ms` is a parameter); the limit, `worker.py` and the peers run",
-            f"in {settings.get('rounds', '?')} interleaved rounds, each figure its median",
-            "round, each share of the limit the median of the rounds' ratios. Latency:",
-            f"{settings.get('warmup', '?')} untimed and {settings.get('cycles', '?')} timed",
-            "cycles per file, filled with direct SQL (`bench/rows.py`). Syncs are counted with",
+            f"Throughput: {settings['count']:,} single calls or {settings['batches']} batches",
+            "per phase, every result checked, on virtual time (`now_ms` is a parameter); the",
+            f"limit, `worker.py` and the peers run in {settings['rounds']} interleaved rounds,",
+            "each figure its median round, each share of the limit the median of the rounds'",
+            f"ratios. Latency: {settings['warmup']} untimed and {settings['cycles']} timed cycles",
+            "per file, filled with direct SQL (`bench/rows.py`). Syncs are counted with",
             "`strace`. Never run it on tmpfs (`/dev/shm`): an fsync there is free. Each module",
             "of [`bench/`](../bench/) says how it measures.",
         ),
@@ -513,15 +422,228 @@ def _method(results: dict[str, Any]) -> list[str]:
         *_para(
             "`make bench` writes this page, its JSON and chart; `python -m bench.perf --render",
             "docs/performance.json --page docs/performance.md` renders it again: never edit it by",
-            f"hand. The investigation: [notebook]({NOTEBOOK}), [ceilings and couriers]({NOTE}).",
+            f"hand. The investigation: {NOTES}.",
         ),
     ]
 
 
-def render(results: dict[str, Any]) -> str:
-    """docs/performance.md for the run ``results`` (the JSON of ``bench.perf``)."""
+def performance(results: dict[str, Any]) -> str:
+    """docs/performance.md for the run ``results`` (the record of ``bench.perf``)."""
     sections = (_intro, _settings, _throughput, _peers, _latency, _couriers, _slow_states)
-    lines: list[str] = []
-    for section in (*sections, _method):
-        lines += [*section(results), ""]
-    return "\n".join(lines[:-1]) + "\n"
+    return "\n\n".join("\n".join(section(results)) for section in (*sections, _method)) + "\n"
+
+
+# --- bench.slowpaths ----------------------------------------------------------------------
+
+
+def _small_and_large(part: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each state's first (small) and last (large) size, in the order measured."""
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for entry in part["results"]:
+        by_case.setdefault(entry["case"], []).append(entry)
+    return [(sizes[0], sizes[-1]) for sizes in by_case.values()]
+
+
+def _against(small: dict[str, Any], large: dict[str, Any], key: str, goal: float) -> str:
+    ratio = large[key] / small[key]
+    return f"{ratio:.2f}x (goal {goal:g}x: {'met' if ratio <= goal else '**not met**'})"
+
+
+def slow_states(part: dict[str, Any], titled: bool = True) -> str:
+    """A ``bench.slowpaths`` record (or its part of a ``bench.perf`` or ``bench.postgres``
+    record): both sizes of each state, with the ratios large/small beside their goals
+    (with no sync, the statements' own cost, which a busy disk does not blur)."""
+    goals, meta = part["goals"], part.get("meta")
+    backend = "PostgreSQL" if part["backend"] == "postgres" else "SQLite"
+    own = ":"
+    if meta:
+        own = f". From a run of its own, `{meta['command']}`; the 1-minute load average was"
+        own += f" {meta['load_average_before']} before it and {meta['load_average_after']} after:"
+    lines = _para(
+        *([f"**Slow states** on {backend}:"] if titled else []),
+        f"Claim+finish p50 ({part['cycles']} cycles) and the median batch of 64 (`claim_many` +",
+        "`finish_many`) where a claim's cost could grow; the goals: the large size within",
+        f"{goals['cycle']:g}x and {goals['batch']:g}x of the small{own}",
+    )
+    rows = [
+        f"`{small['case']}` | {small['grows_with']} | {small['size']:,} / {large['size']:,} | "
+        f"{small['p50_ms']:.2f} / {large['p50_ms']:.2f} | "
+        f"{_against(small, large, 'p50_ms', goals['cycle'])} | "
+        f"{small['off_p50_ms']:.3f} / {large['off_p50_ms']:.3f} | "
+        f"{large['off_p50_ms'] / small['off_p50_ms']:.2f}x | "
+        f"{small['batch_p50_ms']:.1f} / {large['batch_p50_ms']:.1f} | "
+        f"{_against(small, large, 'batch_p50_ms', goals['batch'])}"
+        for small, large in _small_and_large(part)
+    ]
+    header = "state | what grows | how many | claim+finish p50 ms | large/small | with no sync, "
+    header += "ms | large/small | batch of 64, ms | large/small"
+    return "\n".join([*lines, "", *_table(header, rows)]) + "\n"
+
+
+# --- docs/postgres.md: bench.postgres -----------------------------------------------------
+
+
+def _shares(row: dict[str, Any]) -> str:
+    """The idlest and the busiest process against the mean, or ``-``."""
+    if row["smallest_share"] is None:
+        return "-"
+    return f"{row['smallest_share']:.2f}-{row['largest_share']:.2f}x"
+
+
+def _goals(record: dict[str, Any]) -> list[str]:
+    """The two goals at ``GOAL_PROCESSES`` couriers, judged on this record (no line
+    without that row)."""
+    rows = [row for row in record["couriers"] if row["postgres"]["processes"] == GOAL_PROCESSES]
+    if not rows or not rows[0]["sqlite"]["per_s"]:
+        return []
+    sqlite, pg = rows[0]["sqlite"], rows[0]["postgres"]
+    ratio = round(pg["per_s"] / sqlite["per_s"], 2)
+    low, high = GOAL_SPREAD
+    shares = (pg["smallest_share"], pg["largest_share"])
+    spread = all(share is not None and low <= share <= high for share in shares)
+    return [
+        "",
+        f"Goals at {GOAL_PROCESSES} couriers: PostgreSQL / SQLite = {ratio}x (goal "
+        f"{GOAL_RATIO:g}x: {'met' if ratio >= GOAL_RATIO else 'not met'}); every PostgreSQL "
+        f"courier within {low:g}-{high:g}x of the mean: {'met' if spread else 'not met'}.",
+    ]
+
+
+def postgres(record: dict[str, Any]) -> str:
+    """The record of ``bench.postgres`` as markdown (what ``--doc`` puts into
+    docs/postgres.md between ``POSTGRES_MARKS``)."""
+    meta, first = record["meta"], record["couriers"][0]
+    calls = [one for _, one, _, _ in _PHASES[:3]] + [many for _, _, many, _ in _PHASES[:3]]
+    couriers = []
+    for row in record["couriers"]:
+        sqlite, pg = row["sqlite"], row["postgres"]
+        ratio = f"{pg['per_s'] / sqlite['per_s']:.1f}x" if sqlite["per_s"] else "-"
+        couriers.append(
+            f"{pg['processes']} | {sqlite['per_s']:,.0f} | {_shares(sqlite)} | {pg['per_s']:,.0f}"
+            f" | {_shares(pg)} | {ratio} | {_fmt(pg.get('wal_flushes_per_s'))} | "
+            f"{_fmt(pg.get('commits_per_flush'), 1)}"
+        )
+    lines = [
+        f"One run of `python -m bench.postgres`: PostgreSQL {meta['postgres']} "
+        f"({meta['server']}) and SQLite on the same disk, Python {meta['python']}, "
+        f"{meta['cpus']} CPUs; the 1-minute load average was {meta['load_average_before']} "
+        f"before the run and {meta['load_average_after']} after it (other work shares the "
+        "disk and the cores, and moves every figure).",
+        "",
+        f"**Single calls** ({meta['calls']} each, calls/s) and **batches of {meta['batch']}** "
+        f"({meta['batches']} each, jobs/s):",
+        "",
+        f"| backend | {' | '.join(calls)} | durability |",
+        "|---|" + "---:|" * len(calls) + "---|",
+        *(
+            f"| {row['backend']} | {' | '.join(f'{row[c]:,.0f}' for c in calls)} "
+            f"| {row['durability']} |"
+            for row in record["calls"]
+        ),
+        "",
+        f"**Couriers**: N processes, each claim then finish for {meta['seconds']} s on the "
+        "wall clock; claim+finish cycles per second, and the busiest and the idlest "
+        "process against the mean:",
+        "",
+        *_table(
+            "couriers | SQLite cycles/s | spread | PostgreSQL cycles/s | spread "
+            "| PostgreSQL / SQLite | PostgreSQL WAL flushes/s | commits a flush",
+            couriers,
+            "---:",
+        ),
+        "",
+        f"Durability: SQLite {first['sqlite']['durability']}; "
+        f"PostgreSQL {first['postgres']['durability']}. Every commit waits for its WAL "
+        "flush; one flush carries the commits that were waiting when it began.",
+        "",
+        f"The disk alone synced {meta['disk_fsyncs_per_s']:,.0f} 4 KiB writes a second "
+        "in the same run: the ceiling of flushes, which a busy PostgreSQL shares "
+        "with its data files.",
+        *_goals(record),
+    ]
+    if "slowpaths" in record:
+        lines += ["", slow_states(record["slowpaths"]).rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+# --- docs/postgres.md: bench.postgres_peers -----------------------------------------------
+
+
+def _rate_of(value: float | None) -> str:
+    return "failed" if value is None else f"{value:,.0f}"
+
+
+def _verdicts(record: dict[str, Any]) -> list[str]:
+    """For each K, whether each pgworker row is ahead of every peer that ran."""
+    ran = [c for c in record["contestants"] if c.get("cells")]
+    ours = [row["name"] for row in ran if row["name"].startswith("pgworker")]
+    others = [row["name"] for row in ran if not row["name"].startswith("pgworker")]
+    if not ours or not others:
+        return ["No peer ran beside pgworker: nothing to compare."]
+    lines = []
+    for k in record["meta"]["processes"]:
+        rate = {c["name"]: next(x for x in c["cells"] if x["processes"] == k) for c in ran}
+        for mine in ours:
+            ours_rate = rate[mine]["jobs_per_s"]
+            behind = [
+                f"{peer} ({_rate_of(rate[peer]['jobs_per_s'])} jobs/s)"
+                for peer in others
+                if ours_rate is None or (rate[peer]["jobs_per_s"] or -1) >= ours_rate
+            ]
+            verdict = f"**not ahead**: {', '.join(behind)} did as much or more" if behind else ""
+            verdict = verdict or f"ahead of {', '.join(others)}"
+            lines.append(f"- K={k}, {mine} ({_rate_of(ours_rate)} jobs/s): {verdict}.")
+    return lines
+
+
+def peers(record: dict[str, Any]) -> str:
+    """The record of ``bench.postgres_peers`` as markdown (what ``--doc`` puts into
+    docs/postgres.md between ``PEERS_MARKS``)."""
+    meta = record["meta"]
+    ks, jobs = meta["processes"], f"{meta['jobs']:,}"
+    rows, failures, timed = [], [], []
+    for entry in record["contestants"]:
+        if entry["versions"] is None:
+            rows.append(f"{entry['name']} | not installed | {entry['takes']}" + " | -" * len(ks))
+            continue
+        shown = ", ".join(f"{name} {version}" for name, version in entry["versions"].items())
+        rates = " | ".join(_rate_of(cell["jobs_per_s"]) for cell in entry["cells"])
+        rows.append(f"{entry['name']} | {shown} | {entry['takes']} | {rates}")
+        for cell in entry["cells"]:
+            timed.append((cell["seconds"], entry["name"], cell["processes"]))
+            errors = "; ".join(cell["errors"])
+            failures += [f"- {entry['name']} K={cell['processes']}: {errors}."] if errors else []
+    took = ""
+    if timed:
+        (low, low_name, low_k), (high, high_name, high_k) = min(timed), max(timed)
+        took = f"Cells took from {low:g} s ({low_name}, K={low_k}) to {high:g} s "
+        took += f"({high_name}, K={high_k}). "
+    header = "contestant | version | takes and acknowledges | " + " | ".join(f"K={k}" for k in ks)
+    table = _table(header, rows)
+    table[1] = "|---|---|---|" + "---:|" * len(ks)
+    lines = [
+        f"One run of `python -m bench.postgres_peers`: PostgreSQL {meta['postgres']} "
+        f"({meta['server']}, a Unix socket), {meta['durability']}; Python {meta['python']}, "
+        f"{meta['cpus']} CPUs; the 1-minute load average was {meta['load_average_before']} "
+        f"before the run and {meta['load_average_after']} after it (other work shares the "
+        "cores and the disk, and moves every figure).",
+        "",
+        f"Each cell: {jobs} no-op jobs in a fresh database, enqueued by the contestant's own "
+        "batch call; then K worker processes, each started and connected before one start "
+        "signal, take and acknowledge them with the contestant's own worker loop. Jobs per "
+        f"second is {jobs} over the time from the signal until the database holds {jobs} "
+        f"acknowledged jobs (counted every {meta['poll_s'] * 1000:g} ms, down to "
+        f"{meta['poll_min_s'] * 1000:g} ms as the end nears):",
+        "",
+        *table,
+        "",
+        f"{took}pgworker leases with a fencing token and finishes with a compare-and-set on "
+        "the whole ticket; procrastinate finishes by job id and pgqueuer deletes by job id, "
+        "neither checks who took the job.",
+        "",
+        "Against the goal (pgworker ahead of both peers at every K):",
+        "",
+        *_verdicts(record),
+        *(["", "Cells without a rate:", "", *failures] if failures else []),
+    ]
+    return "\n".join(lines) + "\n"

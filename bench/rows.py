@@ -28,7 +28,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-__all__ = ["DUE_ROWS", "SHAPES", "fill", "fill_shape", "status_counts"]
+__all__ = ["DUE_ROWS", "SHAPES", "fill", "fill_shape"]
 
 DUE_ROWS = 500
 SHAPES = ("pending", "history")
@@ -116,14 +116,3 @@ def fill_shape(con: sqlite3.Connection, shape: str, n: int, now_ms: int) -> None
             "past": now_ms - 3_600_000,
         },
     )
-
-
-def status_counts(con: sqlite3.Connection, now_ms: int) -> dict[str, int]:
-    """Rows by kind: done, dead, leased, due (pending and available) and waiting."""
-    counts = {"done": 0, "dead": 0, "leased": 0, "due": 0, "waiting": 0}
-    query = """SELECT CASE WHEN status = 'pending' AND available_at <= ? THEN 'due'
-                        WHEN status = 'pending' THEN 'waiting' ELSE status END, count(*)
-               FROM jobs GROUP BY 1"""
-    for kind, count in con.execute(query, (now_ms,)):
-        counts[str(kind)] = int(count)
-    return counts

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench import postgres_peers
+from bench import postgres_peers, report
 from courier.procs import project_root
 from tests.bench.quick import quick_record
 
@@ -57,7 +57,7 @@ def test_every_cell_counts_each_job_once_under_durable_settings(
 
 def test_the_run_prints_its_table(quick_run: tuple[dict[str, Any], str]) -> None:
     record, stdout = quick_run
-    assert postgres_peers.render(record) in stdout
+    assert report.peers(record) in stdout
     assert "No peer ran beside pgworker: nothing to compare." in stdout
 
 
@@ -77,7 +77,7 @@ def test_the_verdicts_name_each_peer_that_did_as_much_or_more(
     record, _ = quick_run
     first_k, second_k = postgres_peers.QUICK_PROCESSES
     singles = record["contestants"][0]["cells"]
-    text = postgres_peers.render(_with_peer(record, [singles[0]["jobs_per_s"], None]))
+    text = report.peers(_with_peer(record, [singles[0]["jobs_per_s"], None]))
     assert f"- K={first_k}, pgworker (" in text
     assert f"K={first_k}, pgworker ({singles[0]['jobs_per_s']:,.0f} jobs/s): **not ahead**" in text
     assert f"K={second_k}, pgworker ({singles[1]['jobs_per_s']:,.0f} jobs/s): ahead of peer" in text
@@ -88,7 +88,7 @@ def test_the_verdicts_name_each_peer_that_did_as_much_or_more(
 def test_a_peer_not_installed_is_shown_as_such(quick_run: tuple[dict[str, Any], str]) -> None:
     record, _ = quick_run
     missing = {"name": "procrastinate", "takes": "its worker", "versions": None}
-    text = postgres_peers.render({**record, "contestants": [*record["contestants"], missing]})
+    text = report.peers({**record, "contestants": [*record["contestants"], missing]})
     assert "| procrastinate | not installed | its worker | - | - |" in text
     assert "No peer ran beside pgworker" in text
 
@@ -96,8 +96,8 @@ def test_a_peer_not_installed_is_shown_as_such(quick_run: tuple[dict[str, Any], 
 def test_the_page_is_the_recorded_full_run_of_all_four_rendered() -> None:
     record = json.loads((DOCS / "postgres-peers.json").read_text(encoding="utf-8"))
     page = (DOCS / "postgres.md").read_text(encoding="utf-8")
-    section = page.split(postgres_peers.BEGIN_MARK + "\n", 1)[1]
-    assert section.split(postgres_peers.END_MARK, 1)[0] == postgres_peers.render(record)
+    begin, end = report.PEERS_MARKS
+    assert page.split(begin + "\n", 1)[1].split(end, 1)[0] == report.peers(record)
     assert not record["meta"]["quick"], "the page shows a full run"
     assert record["meta"]["processes"] == list(postgres_peers.PROCESSES)
     assert [entry["name"] for entry in record["contestants"]] == list(postgres_peers.CONTESTANTS)

@@ -1,5 +1,6 @@
 """bench.postgres at tiny sizes: it measures real work on both backends, records the
-durability beside every figure, and docs/postgres.md is what its recorded JSON renders.
+durability beside every figure, times every slow state at both sizes and prints each
+ratio beside its goal, and docs/postgres.md is what its recorded JSON renders.
 
 Nothing here asserts a rate: the benchmark reports speed; these tests check that
 each figure counts checked calls, that both backends ran under their durable
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import postgres
+from bench import postgres, report, slowpaths
 from courier.procs import project_root
 from tests.bench.quick import quick_record
 
@@ -50,24 +51,53 @@ def test_every_courier_row_counts_each_process_and_its_spread(
         postgres.QUICK_PROCESSES
     )
     for row in record["couriers"]:
+        for side in row.values():
+            assert side["reported"] == side["processes"] and not side["errors"]
+            assert sum(side["per_process"]) == side["cycles"]
         pg = row["postgres"]
-        assert pg["reported"] == pg["processes"] and not pg["errors"]
-        assert sum(pg["per_process"]) == pg["cycles"] > 0
-        assert pg["idlest_to_mean"] <= 1 <= pg["busiest_to_mean"]
+        assert pg["cycles"] > 0 and pg["smallest_share"] <= 1 <= pg["largest_share"]
         assert "fsync=on" in pg["durability"]
-        assert row["sqlite"]["reported"] == row["sqlite"]["processes"]
         assert "synchronous=FULL" in row["sqlite"]["durability"]
 
 
-def test_the_run_prints_its_tables(quick_run: tuple[dict[str, Any], str]) -> None:
+def test_every_slow_state_is_timed_at_both_sizes_on_postgres(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
+    part = quick_run[0]["slowpaths"]
+    assert part["backend"] == "postgres"
+    cases = [entry["case"] for entry in part["results"]]
+    assert cases == [case for case in slowpaths.POSTGRES_CASES for _ in "ab"]
+    for small, large in zip(part["results"][::2], part["results"][1::2], strict=True):
+        assert small["size"] < large["size"]
+        assert small["p50_ms"] > 0 and large["batch_p50_ms"] > 0
+
+
+def test_the_run_prints_its_tables_and_each_ratio_beside_its_goal(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
     record, stdout = quick_run
-    assert postgres.render(record) in stdout
-    assert record["goals"] == {"judged": False}, "no 8-courier row at quick sizes"
+    assert report.postgres(record) in stdout
+    assert "Goals at" not in stdout, "no 8-courier row at quick sizes"
+    table = [line for line in stdout.splitlines() if line.startswith("| `")]
+    assert [line.split(" | ")[0] for line in table] == [
+        f"| `{case}`" for case in slowpaths.POSTGRES_CASES
+    ]
+    for line, (small, large) in zip(table, _pairs(record), strict=True):
+        cells = line.strip("| ").split(" | ")
+        for cell, key, goal in ((cells[4], "p50_ms", 1.3), (cells[8], "batch_p50_ms", 1.5)):
+            ratio = large[key] / small[key]
+            met = "met" if ratio <= goal else "**not met**"
+            assert cell == f"{ratio:.2f}x (goal {goal:g}x: {met})"
+
+
+def _pairs(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    results = record["slowpaths"]["results"]
+    return list(zip(results[::2], results[1::2], strict=True))
 
 
 def test_the_postgres_page_is_its_recorded_run_rendered() -> None:
     record = json.loads((DOCS / "postgres.json").read_text(encoding="utf-8"))
     page = (DOCS / "postgres.md").read_text(encoding="utf-8")
-    section = page.split(postgres.BEGIN_MARK + "\n", 1)[1].split(postgres.END_MARK, 1)[0]
-    assert section == postgres.render(record)
+    begin, end = report.POSTGRES_MARKS
+    assert page.split(begin + "\n", 1)[1].split(end, 1)[0] == report.postgres(record)
     assert not record["meta"]["quick"], "the page shows a full run"
