@@ -47,7 +47,7 @@ JOBS = 3000 if LONG else 120
 COURIERS = 6 if LONG else 4  # at least one first incarnation per hook point
 SEED = 11
 # Bounds, not durations: the chaos phase ends once the queue is drained and every
-# forced event has shown its effect (about 8 s here for the short soak).
+# forced event has shown its effect (about 6 s on an idle machine for the short soak).
 CHAOS_SECONDS = 300 if LONG else 60
 RECOVERY_SECONDS = 60 if LONG else 15
 # The soak stops by itself after both phases and two stop graces at most.
