@@ -588,7 +588,7 @@ def _verdicts(record: dict[str, Any]) -> list[str]:
             behind = [
                 f"{peer} ({_rate_of(rate[peer]['jobs_per_s'])} jobs/s)"
                 for peer in others
-                if ours_rate is None or (rate[peer]["jobs_per_s"] or -1) >= ours_rate
+                if ours_rate is None or (rate[peer]["jobs_per_s"] or 0) >= ours_rate > 0
             ]
             verdict = f"**not ahead**: {', '.join(behind)} did as much or more" if behind else ""
             verdict = verdict or f"ahead of {', '.join(others)}"
