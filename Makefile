@@ -48,7 +48,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(PY) -m bench.perf --json docs/performance.json --chart docs/performance.png --page docs/performance.md
+	$(PY) -m bench.perf --json docs/performance.json --page docs/performance.md
 
 ## bench-postgres: PostgreSQL beside SQLite on the same disk (a few minutes), rendered into docs/postgres.md
 bench-postgres: $(STAMP)

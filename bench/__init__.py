@@ -7,7 +7,6 @@ They measure through the queues' public calls and the contract's schema only.
 ``measure`` is the harness every bench uses (timing, percentiles, medians of rounds,
 fleets of child processes, the record's command line), ``backends`` gives fresh queues
 of either backend (and the PostgreSQL server), ``rows`` fills them with SQL, ``ops``
-times any queue in the same phases, and ``report`` renders every page from its record
-(``chart`` draws the performance page's chart). The soak of the whole system is
-``chaos`` (not part of bench).
+times any queue in the same phases, and ``report`` renders every page from its record.
+The soak of the whole system is ``chaos`` (not part of bench).
 """

@@ -1,21 +1,20 @@
 """The performance benchmark: worker.py against the disk's limit and against its peers.
 
     python -m bench.perf --quick                           # a smoke run (seconds)
-    python -m bench.perf --json docs/performance.json --chart docs/performance.png \\
-        --page docs/performance.md                         # make bench (about 6 minutes)
+    python -m bench.perf --json docs/performance.json --page docs/performance.md
+                                                           # make bench (about 6 minutes)
     python -m bench.perf --render docs/performance.json --page docs/performance.md
 
 One run, one folder on one disk (``--dir``; by default a temporary folder under
-/var/tmp, removed afterwards), one process at a time except in the couriers section.
-It writes the record of every figure (``--json``), and the user page rendered from it
-(``bench.report``: docs/performance.md) and its chart (``bench.chart``); ``--render``
-does the same from a recorded JSON, without a run. Everything goes through worker.py's
-public calls and the contract's schema. The sections, in the order they run, each
-described in its module: the limit and the fsync (``bench.limits``), worker.py's
-single calls and batches (``bench.ops``), the peers (``bench.peers``), latency against
-rows (``bench.latency``), each call beside its ceiling (``bench.limits``), the slow
-states (``bench.slowpaths``), couriers end to end (``bench.delivery``) and the syncs
-per call (``bench.syncs``, with strace).
+/var/tmp, removed afterwards), one process at a time except in the couriers section. It
+writes the record of every figure (``--json``), and the user page rendered from it
+(``bench.report``: docs/performance.md); ``--render`` does the same from a recorded
+JSON, without a run. Everything goes through worker.py's public calls and the contract's
+schema. The sections, in the order they run, each described in its module: the limit and
+the fsync (``bench.limits``), worker.py's single calls and batches (``bench.ops``), the
+peers (``bench.peers``), each call beside its ceiling (``bench.limits``), the slow
+states (``bench.slowpaths``: how a claim's cost grows with the rows) and couriers end to
+end (``bench.delivery``).
 
 The limit, worker.py and the peers run ``rounds`` times (5 by default), one after the
 other (limit, worker, peers; limit, worker, peers; ...), so that a burst of load from
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench import chart, delivery, latency, limits, peers, report, slowpaths, syncs
+from bench import delivery, limits, peers, report, slowpaths
 from bench.backends import Sqlite
 from bench.measure import add_record_options, log, median_of_rounds, record_or_render, write_page
 from bench.ops import Calls, timed_phases
@@ -59,17 +58,12 @@ class Settings:
     count: int = 2_000  # single calls per phase; also each peer's
     batches: int = 100  # batch calls per phase
     batch_size: int = 64
-    rows: tuple[int, ...] = (1_000, 10_000, 100_000, 1_000_000)
-    cycles: int = 300  # timed claim+finish cycles per latency point (synchronous=FULL)
-    off_cycles: int = 150  # and with synchronous=OFF (analysis only); all <= 500 due jobs
-    warmup: int = 20
     couriers: tuple[int, ...] = (1, 4, 8)
     courier_seconds: float = 5.0  # each fleet of courier processes
     layer_seconds: float = 1.5  # each layer of one courier's round, in each round
     ceiling_steps: int = 2_000  # steps of each call beside its ceiling
     slowpath_cycles: int = 100
     slowpath_scale: float = 1.0
-    sync_calls: int = 50
     max_seconds: float = 30.0  # bound of every timed loop
     rounds: int = 5  # limit, worker and peers run this many times, interleaved; medians
     layer_rounds: int = 3  # of one courier's round: the median of these
@@ -78,17 +72,12 @@ class Settings:
 QUICK = Settings(
     count=30,
     batches=3,
-    rows=(1_000, 2_000),
-    cycles=10,
-    off_cycles=4,
-    warmup=2,
     couriers=(1, 2),
     courier_seconds=0.5,
     layer_seconds=0.1,
     ceiling_steps=10,
     slowpath_cycles=3,
     slowpath_scale=0.02,
-    sync_calls=4,
     max_seconds=10.0,
     rounds=1,
     layer_rounds=1,
@@ -154,10 +143,6 @@ def run(folder: Path, s: Settings) -> dict[str, Any]:
         rounds.append(_round(folder / f"round-{number}", s))
         shutil.rmtree(folder / f"round-{number}", ignore_errors=True)
     record: dict[str, Any] = {"meta": meta, **median_of_rounds(rounds)}
-    step("latency")
-    results = latency.measure_latencies(folder, s.rows, s.cycles, s.off_cycles, s.warmup)
-    record["latency"] = {"cycles": s.cycles, "off_cycles": s.off_cycles, "results": results}
-    record["foreign_file"] = latency.foreign_file(folder, max(s.rows), s.cycles, s.warmup)
     step("ceilings")
     record["ceiling"] = {
         "synced": limits.ceilings(folder, s.ceiling_steps, s.max_seconds),
@@ -176,8 +161,6 @@ def run(folder: Path, s: Settings) -> dict[str, Any]:
         "layers": delivery.breakdown(folder, s.layer_seconds, s.layer_rounds),
         "results": [delivery.fleet(folder, n, s.courier_seconds) for n in s.couriers],
     }
-    step("syncs")
-    record["syncs"] = syncs.syncs_table(folder, s.sync_calls, s.batch_size)
     meta["settings"] = dataclasses.asdict(s)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     return record
@@ -187,15 +170,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark (or ``--render`` a recorded one); write and print the page."""
     parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__)
     add_record_options(parser, "--page")
-    parser.add_argument("--chart", type=Path, help="write the PNG chart here (needs matplotlib)")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     record = record_or_render(args, argv, "bench.perf", lambda work: run(work, settings))
     page = report.performance(record)
     write_page(args.page, page)
     print(page, end="")
-    if args.chart is not None and not chart.draw(record, args.chart):
-        print("chart: skipped (matplotlib not installed)")
     return 0
 
 

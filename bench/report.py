@@ -118,15 +118,6 @@ def _share_of_limit(results: dict[str, Any], figure: dict[str, Any], tx: float) 
     return ratios[(len(ratios) - 1) // 2]
 
 
-def _syncs(results: dict[str, Any], system: str, *ops: str) -> float | None:
-    """The syncs of ``ops`` on ``system`` together, per call (``None``: not counted)."""
-    found = {
-        (row["system"], row["op"]): row["per_call"] for row in results["syncs"].get("rows", [])
-    }
-    counted = [found.get((system, op)) for op in ops]
-    return None if None in counted else sum(c or 0.0 for c in counted)
-
-
 # --- docs/performance.md: bench.perf ----------------------------------------------------
 
 
@@ -150,12 +141,10 @@ def _intro(results: dict[str, Any]) -> list[str]:
 def _settings(results: dict[str, Any]) -> list[str]:
     bare = results["limit"]["bare"]
     modes = [
-        f"`{mode}` | {_fmt(figure['per_s'])} | "
-        f"{_fmt(_syncs(results, f'bare {mode}', 'transaction'), 2)} | {_MODES[mode]}"
-        for mode, figure in bare.items()
+        f"`{mode}` | {_fmt(figure['per_s'])} | {_MODES[mode]}" for mode, figure in bare.items()
     ]
     modes.append(f"no SQLite: write 4 KiB, fsync | {_fmt(results['limit']['fsync']['per_s'])}")
-    modes[-1] += " | one fsync | -"
+    modes[-1] += " | -"
     full_us, off_us = 1e6 / limit_per_s(results), 1e6 / limit_per_s(results, "DELETE+OFF")
     wal = limit_per_s(results, "WAL+FULL") / limit_per_s(results)
     ceiling = results["ceiling"]
@@ -177,12 +166,10 @@ def _settings(results: dict[str, Any]) -> list[str]:
             "**the limit** of any call that is one write transaction under the contract:",
         ),
         "",
-        *_table("journal+synchronous | transactions/s | syncs per commit | durable", modes),
+        *_table("journal+synchronous | transactions/s | durable", modes),
         "",
         *_para(
-            f"A commit syncs {_fmt(_syncs(results, f'bare {CONTRACT_MODE}', 'transaction'))}",
-            "times (the journal, its directory, the journal again, the database): a bare",
-            f"transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
+            f"A bare transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
             f"durability. WAL with FULL syncs once ({wal:.1f}x the limit); the contract keeps",
             "DELETE so that a queue is one self-contained file.",
         ),
@@ -225,9 +212,6 @@ def _throughput(results: dict[str, Any]) -> list[str]:
             rows,
         ),
         "",
-        "![jobs per second of every system and mode; claim+finish latency against rows]"
-        "(performance.png)",
-        "",
         *_para(
             f"One job at a time every call is a commit: {_fmt(cycles[0])} claim+finish cycles",
             f"a second. A batch of {batch['size']} is one commit for all its jobs:",
@@ -236,37 +220,23 @@ def _throughput(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def _system(
-    name: str, calls: str, mode: str, syncs: float | None, figures: dict[str, Any], fenced: str
-) -> str:
+def _system(name: str, calls: str, mode: str, figures: dict[str, Any], fenced: str) -> str:
     """A row of the peers' table."""
     enqueue, cycle = _fmt(figures["enqueue"]["per_s"]), _fmt(figures["cycle"]["per_s"])
-    return f"{name} | {calls} | `{mode}` | {_fmt(syncs, 2)} | {enqueue} | {cycle} | {fenced}"
+    return f"{name} | {calls} | `{mode}` | {enqueue} | {cycle} | {fenced}"
 
 
 def _peers(results: dict[str, Any]) -> list[str]:
     single, batch = results["worker"]["single"], results["worker"]["batch"]
-    many = _syncs(results, "worker", "claim_many", "finish_many")
-    ones = _syncs(results, "worker", "claim", "finish")
     rows = [
-        _system("lease-queue", "single calls", CONTRACT_MODE, ones, single, "yes"),
-        _system(
-            "lease-queue",
-            f"batches of {batch['size']}",
-            CONTRACT_MODE,
-            None if many is None else many / batch["size"],
-            batch,
-            "yes",
-        ),
+        _system("lease-queue", "single calls", CONTRACT_MODE, single, "yes"),
+        _system("lease-queue", f"batches of {batch['size']}", CONTRACT_MODE, batch, "yes"),
     ]
     measured = {n: p for n, p in results["peers"].items() if p["installed"]}
     for name, peer in measured.items():
         verbs = " / ".join(f"`{v}`" for v in VERBS[name] if not v.startswith("("))
-        mode, syncs = (
-            f"{peer['journal_mode']}+{peer['synchronous']}",
-            _syncs(results, name, "claim", "finish"),
-        )
-        rows.append(_system(name, f"{peer['version']}: {verbs}", mode, syncs, peer, "no"))
+        mode = f"{peer['journal_mode']}+{peer['synchronous']}"
+        rows.append(_system(name, f"{peer['version']}: {verbs}", mode, peer, "no"))
     lines = [
         "## The peers",
         "",
@@ -276,8 +246,7 @@ def _peers(results: dict[str, Any]) -> list[str]:
         ),
         "",
         *_table(
-            "system | calls | mode | syncs per take+ack | enqueue jobs/s | take+ack jobs/s "
-            "| fenced lease",
+            "system | calls | mode | enqueue jobs/s | take+ack jobs/s | fenced lease",
             rows,
         ),
     ]
@@ -291,46 +260,10 @@ def _peers(results: dict[str, Any]) -> list[str]:
         *_para(
             "None of the peers has a lease with an expiry and a fencing token. One job at a",
             f"time lease-queue is the slowest ({_fmt(single['cycle']['per_s'])} take+ack",
-            f"jobs/s against {_fmt(min(cycles.values()))} to {_fmt(cycles[best])}), paying",
-            f"{_fmt(_syncs(results, 'worker', 'claim'))} syncs per commit where the WAL peers",
-            "pay one or none; in batches it is ahead of all of them",
+            f"jobs/s against {_fmt(min(cycles.values()))} to {_fmt(cycles[best])}): every",
+            "commit waits for the disk in DELETE+FULL, where the peers' modes sync less or not",
+            "at all; in batches it is ahead of all of them",
             f"({_fmt(batch['cycle']['per_s'])} against {_fmt(cycles[best])} for {best}).",
-        ),
-    ]
-
-
-def _latency(results: dict[str, Any]) -> list[str]:
-    by_rows: dict[int, dict[str, dict[str, Any]]] = {}
-    for entry in results["latency"]["results"]:
-        by_rows.setdefault(int(entry["rows"]), {})[entry["shape"]] = entry
-    shapes = ("pending", "history")
-    rows = [
-        f"{count:,} | "
-        + " | ".join(
-            f"{by_rows[count][s]['p50_ms']:.2f} | {by_rows[count][s]['p99_ms']:.2f}" for s in shapes
-        )
-        for count in sorted(by_rows)
-    ]
-    small, large = by_rows[min(by_rows)], by_rows[max(by_rows)]
-    growth = [f"{large[s]['p50_ms'] / small[s]['p50_ms']:.2f}x ({s})" for s in shapes]
-    foreign = results["foreign_file"]
-    return [
-        "## Latency against rows",
-        "",
-        *_para(
-            "One claim and its finish, timed together, in files of `pending` rows (all due) and",
-            "of `history` rows (mostly done and dead, a tenth waiting retries, due jobs last):",
-        ),
-        "",
-        *_table("rows | pending: p50 ms | p99 ms | history: p50 ms | p99 ms", rows),
-        "",
-        *_para(
-            f"p50 at {max(by_rows):,} rows is {' and '.join(growth)} p50 at {min(by_rows):,}:",
-            "the partial indexes cover live rows only, so done and dead history costs a claim",
-            "nothing. A file made elsewhere with only the contract's two tables",
-            f"({foreign['rows']:,} rows) gets the {len(foreign['indexes_after'])} indexes on its",
-            f"first `open_queue`: {foreign['open_s']} s, holding the write lock that long once;",
-            f"then p50 {foreign['p50_ms']:.2f} ms.",
         ),
     ]
 
@@ -413,14 +346,13 @@ def _method(results: dict[str, Any]) -> list[str]:
             "per phase, every result checked, on virtual time (`now_ms` is a parameter); the",
             f"limit, `worker.py` and the peers run in {settings['rounds']} interleaved rounds,",
             "each figure its median round, each share of the limit the median of the rounds'",
-            f"ratios. Latency: {settings['warmup']} untimed and {settings['cycles']} timed cycles",
-            "per file, filled with direct SQL (`bench/rows.py`). Syncs are counted with",
-            "`strace`. Never run it on tmpfs (`/dev/shm`): an fsync there is free. Each module",
+            "ratios. The slow states are filled with direct SQL (`bench/rows.py`). Never run",
+            "it on tmpfs (`/dev/shm`): an fsync there is free. Each module",
             "of [`bench/`](../bench/) says how it measures.",
         ),
         "",
         *_para(
-            "`make bench` writes this page, its JSON and chart; `python -m bench.perf --render",
+            "`make bench` writes this page and its JSON; `python -m bench.perf --render",
             "docs/performance.json --page docs/performance.md` renders it again: never edit it by",
             f"hand. The investigation: {NOTES}.",
         ),
@@ -429,7 +361,7 @@ def _method(results: dict[str, Any]) -> list[str]:
 
 def performance(results: dict[str, Any]) -> str:
     """docs/performance.md for the run ``results`` (the record of ``bench.perf``)."""
-    sections = (_intro, _settings, _throughput, _peers, _latency, _couriers, _slow_states)
+    sections = (_intro, _settings, _throughput, _peers, _couriers, _slow_states)
     return "\n\n".join("\n".join(section(results)) for section in (*sections, _method)) + "\n"
 
 

@@ -1,8 +1,8 @@
 """Queue states where claim's cost could grow with the queue, each timed small and large,
 on worker.py or pgworker.py.
 
-None is one of the latency shapes (``bench.rows``); each is a state a real queue
-reaches, and each pairs a small case with a large one so that any growth shows:
+Each is a state a real queue reaches, and each pairs a small case with a large one so
+that any growth shows:
 
 - ``waiting-retries``: ``WAITING_HEAD`` (100) jobs waiting for a retry (retried with a
   30 s backoff) hold the lowest seqs, and a backlog of fresh due jobs follows them (an
@@ -33,7 +33,7 @@ file, or a database): leases through ``claim_many`` (1,000 a call), as a crash
 leaves them, and every other row with direct SQL on the contract's schema
 (``bench.rows.fill``: rows the calls could have produced; 100,000 through the calls
 would take minutes); then the backend settles it (PostgreSQL: ``ANALYZE``, as
-autovacuum does). Each case is timed as ``bench.latency`` times a cycle
+autovacuum does). Each case is timed a cycle at a time
 (``bench.ops.cycle_times``): claim then finish ``ok``, p50 over ``cycles`` cycles under
 the backend's durable settings and, for the statements' own cost, without waiting for
 the disk (``synchronous=OFF``, ``synchronous_commit=off``: not durable; analysis only).
