@@ -2,26 +2,27 @@
 (``bench.perf``), the two generated sections of docs/postgres.md (``bench.postgres``,
 ``bench.postgres_peers``) and the slow-states table (``bench.slowpaths``).
 
-The tables and every number in the prose come from the record, the words around them
-from this module, so that a page cannot drift from its record: each bench's
-``--render JSON`` renders it again without a run, and a test checks that each
-committed page (or section) is exactly the render of its committed JSON. Ratios
-compare figures of the same run only.
+The words are markdown templates in bench/templates/ (one a page or section), the tables
+and every number in them come from the record, so that a page cannot drift from its
+record: each bench's ``--render JSON`` renders it again without a run, and a test checks
+that each committed page (or section) is exactly the render of its committed JSON.
+Ratios compare figures of the same run only.
 """
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from bench.delivery import BUILDS_ON
 from bench.peers import VERBS
 
-__all__ = ["CONTRACT_MODE", "PEERS_MARKS", "POSTGRES_MARKS", "limit_per_s", "peers"]
-__all__ += ["performance", "postgres", "slow_states"]
+__all__ = ["PEERS_MARKS", "POSTGRES_MARKS", "peers", "performance", "postgres", "slow_states"]
 
-CONTRACT_MODE = "DELETE+FULL"
+TEMPLATES = Path(__file__).with_name("templates")
 POSTGRES_MARKS = (
     "<!-- bench.postgres: begin (generated, do not edit) -->",
     "<!-- bench.postgres: end -->",
@@ -30,11 +31,8 @@ PEERS_MARKS = (
     "<!-- bench.postgres_peers: begin (generated, do not edit) -->",
     "<!-- bench.postgres_peers: end -->",
 )
-NOTES = (
-    "[notebook](dev/2026-12-01-performance-notebook.md), [ceilings and"
-    " couriers](dev/2026-12-01-single-calls-and-couriers.md)"
-)
-WIDTH = 98  # the page's prose is wrapped at this width
+WIDTH = 98  # docs/performance.md's prose (and every slow-states paragraph) is wrapped here
+_CONTRACT_MODE = "DELETE+FULL"
 # bench.postgres' goals at GOAL_PROCESSES couriers: the ratio to SQLite, every share
 GOAL_RATIO, GOAL_SPREAD, GOAL_PROCESSES = 3.0, (0.5, 2.0), 8
 # (phase, its single call, its batch call, write transactions per call)
@@ -79,26 +77,51 @@ _FLAT = (
 )
 
 
+def _fill(template: str, values: dict[str, Any], width: int | None = WIDTH) -> str:
+    """bench/templates/``template``.md with ``values`` put in (``str.format_map``).
+
+    A paragraph that is one placeholder alone takes its value as it is (a table, a
+    rendered part; an empty one is left out with its paragraph); any other paragraph
+    is rejoined and wrapped at ``width`` (``None``: one line), each ``- `` item apart.
+    A paragraph naming a value the record lacks (not in ``values``) is left out.
+    """
+    paragraphs = []
+    for block in (TEMPLATES / f"{template}.md").read_text(encoding="utf-8").split("\n\n"):
+        block = block.strip("\n")
+        if re.fullmatch(r"\{\w+\}", block):
+            paragraphs += [str(values[block[1:-1]]).rstrip("\n")] if values[block[1:-1]] else []
+            continue
+        try:
+            text = block.format_map(values)
+        except KeyError:
+            continue
+        items = [" ".join(item.split("\n")) for item in re.split(r"\n(?=- )", text)]
+        paragraphs.append("\n".join(line for item in items for line in _wrap(item, width)))
+    return "\n\n".join(paragraphs) + "\n"
+
+
+def _wrap(text: str, width: int | None) -> list[str]:
+    if width is None or text.startswith("#"):
+        return [text]
+    indent = "  " if text.startswith("- ") else ""
+    return textwrap.wrap(
+        text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
+
+
 def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def _table(header: str, rows: Iterable[str], align: str = "---") -> list[str]:
-    """A markdown table: ``header`` and each row are cells joined by `` | ``."""
-    columns = header.count(" | ") + 1
-    return [f"| {header} |", "|" + f"{align}|" * columns, *(f"| {row} |" for row in rows)]
+def _table(header: str, rows: Iterable[str], aligns: str | None = None) -> str:
+    """A markdown table: ``header`` and each row are cells joined by `` | ``; ``aligns``
+    one character a column, ``r`` for right-aligned (by default none)."""
+    aligns = aligns or "l" * (header.count(" | ") + 1)
+    rule = "|" + "".join("---:|" if a == "r" else "---|" for a in aligns)
+    return "\n".join([f"| {header} |", rule, *(f"| {row} |" for row in rows)])
 
 
-def _para(*parts: str) -> list[str]:
-    """One paragraph (or list item) of prose: its parts joined, wrapped at ``WIDTH``."""
-    text = " ".join(parts)
-    indent = "  " if text.startswith("- ") else ""
-    return textwrap.wrap(
-        text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-    )
-
-
-def limit_per_s(results: dict[str, Any], mode: str = CONTRACT_MODE) -> float:
+def _limit(results: dict[str, Any], mode: str = _CONTRACT_MODE) -> float:
     """Bare one-row write transactions per second in ``mode`` (the limit)."""
     return float(results["limit"]["bare"][mode]["per_s"])
 
@@ -109,7 +132,7 @@ def _share_of_limit(results: dict[str, Any], figure: dict[str, Any], tx: float) 
     With several rounds, each round's figure is divided by the limit measured in the
     same round (seconds before it), and the median of those ratios is the result.
     """
-    bare = results["limit"]["bare"][CONTRACT_MODE]
+    bare = results["limit"]["bare"][_CONTRACT_MODE]
     ours = figure.get("rounds_per_s") or [figure["per_s"]]
     limits = bare.get("rounds_per_s") or [bare["per_s"]]
     if len(ours) != len(limits):
@@ -121,76 +144,32 @@ def _share_of_limit(results: dict[str, Any], figure: dict[str, Any], tx: float) 
 # --- docs/performance.md: bench.perf ----------------------------------------------------
 
 
-def _intro(results: dict[str, Any]) -> list[str]:
-    meta = results["meta"]
-    return [
-        "# Performance",
-        "",
-        *_para(
-            "lease-queue keeps the contract's durability settings (`journal_mode=DELETE`,",
-            "`synchronous=FULL`): every write transaction waits for the disk. This page shows",
-            "what that costs and what batches buy. Every figure is from one run of `make",
-            "bench`, recorded in [`performance.json`](performance.json):",
-            f"on {meta['started'][:10]}, {meta['machine']}, disk {meta['disk']}, SQLite",
-            f"{meta['sqlite']}, Python {meta['python']}; absolute figures depend on the disk,",
-            "ratios carry over.",
-        ),
-    ]
-
-
-def _settings(results: dict[str, Any]) -> list[str]:
+def _settings(results: dict[str, Any]) -> dict[str, Any]:
     bare = results["limit"]["bare"]
-    modes = [
-        f"`{mode}` | {_fmt(figure['per_s'])} | {_MODES[mode]}" for mode, figure in bare.items()
-    ]
-    modes.append(f"no SQLite: write 4 KiB, fsync | {_fmt(results['limit']['fsync']['per_s'])}")
-    modes[-1] += " | -"
-    full_us, off_us = 1e6 / limit_per_s(results), 1e6 / limit_per_s(results, "DELETE+OFF")
-    wal = limit_per_s(results, "WAL+FULL") / limit_per_s(results)
+    modes = [f"`{mode}` | {_fmt(fig['per_s'])} | {_MODES[mode]}" for mode, fig in bare.items()]
+    modes.append(f"no SQLite: write 4 KiB, fsync | {_fmt(results['limit']['fsync']['per_s'])} | -")
+    full_us, off_us = 1e6 / _limit(results), 1e6 / _limit(results, "DELETE+OFF")
     ceiling = results["ceiling"]
     costs = []
     for call, name, *_ in (*_PHASES, ("redrive", "redrive")):
         full, off = ceiling["synced"][call], ceiling["without_sync"][call]
-        us = [
-            side[f"{key}_us_per_tx"] * full["tx_per_step"]
-            for side in (full, off)
-            for key in ("call", "ceiling")
-        ]
+        us = [side[f"{key}_us_per_tx"] * full["tx_per_step"] for side in (full, off)
+              for key in ("call", "ceiling")]  # fmt: skip
         costs.append(f"`{name}` | {_fmt(us[0])} | {_fmt(us[1])} | **{full['share']:.2f}** | ")
         costs[-1] += f"{_fmt(us[2])} | {_fmt(us[3])}"
-    return [
-        "## The settings and what they cost",
-        "",
-        *_para(
-            "A bare one-row write transaction in each mode, on the same disk; the first row is",
-            "**the limit** of any call that is one write transaction under the contract:",
-        ),
-        "",
-        *_table("journal+synchronous | transactions/s | durable", modes),
-        "",
-        *_para(
-            f"A bare transaction spends {_fmt(full_us - off_us)} of its {_fmt(full_us)} µs on",
-            f"durability. WAL with FULL syncs once ({wal:.1f}x the limit); the contract keeps",
-            "DELETE so that a queue is one self-contained file.",
-        ),
-        "",
-        *_para(
-            "Each single call beside **its ceiling**, the same row writes with the same indexes",
-            "alone in their transaction, timed step by step beside it (share: the ceiling's time",
-            "over the call's; a ceiling beside itself got",
-            f"{ceiling['synced']['ceiling_beside_itself']['share']:.2f}); with synchronous=OFF",
-            "(not a mode of the queue) the code's own cost shows:",
-        ),
-        "",
-        *_table(
-            "call | µs per call | its ceiling, µs | share of the ceiling | µs with "
-            "synchronous=OFF (not durable) | its ceiling, µs",
-            costs,
-        ),
-    ]
+    header = "call | µs per call | its ceiling, µs | share of the ceiling | µs with "
+    header += "synchronous=OFF (not durable) | its ceiling, µs"
+    return {
+        "modes": _table("journal+synchronous | transactions/s | durable", modes),
+        "durability_us": _fmt(full_us - off_us),
+        "full_us": _fmt(full_us),
+        "wal": _limit(results, "WAL+FULL") / _limit(results),
+        "itself": ceiling["synced"]["ceiling_beside_itself"]["share"],
+        "costs": _table(header, costs),
+    }
 
 
-def _throughput(results: dict[str, Any]) -> list[str]:
+def _throughput(results: dict[str, Any]) -> dict[str, Any]:
     single, batch = results["worker"]["single"], results["worker"]["batch"]
     rows = []
     for section, size in ((single, 1), (batch, int(batch["size"]))):
@@ -203,72 +182,43 @@ def _throughput(results: dict[str, Any]) -> list[str]:
                 f"{f'`{one}`' if size == 1 else f'`{many}` ({size})'} | {_fmt(figure['per_s'])} | "
                 f"{_fmt(tx / size, 0 if size == 1 else 3)} | {share:.2f} | {times} | {spread}"
             )
+    header = "call | jobs/s | commits per job | share of the limit | vs single | rounds (jobs/s)"
     cycles = (single["cycle"]["per_s"], batch["cycle"]["per_s"])
-    return [
-        "## Throughput",
-        "",
-        *_table(
-            "call | jobs/s | commits per job | share of the limit | vs single | rounds (jobs/s)",
-            rows,
-        ),
-        "",
-        *_para(
-            f"One job at a time every call is a commit: {_fmt(cycles[0])} claim+finish cycles",
-            f"a second. A batch of {batch['size']} is one commit for all its jobs:",
-            f"{_fmt(cycles[1])} jobs a second, {cycles[1] / cycles[0]:.1f}x the single cycle.",
-        ),
-    ]
+    return {
+        "throughput": _table(header, rows),
+        "single_cycle": cycles[0],
+        "batch": batch["size"],
+        "batch_cycle": cycles[1],
+        "batch_times": cycles[1] / cycles[0],
+    }
 
 
-def _system(name: str, calls: str, mode: str, figures: dict[str, Any], fenced: str) -> str:
-    """A row of the peers' table."""
-    enqueue, cycle = _fmt(figures["enqueue"]["per_s"]), _fmt(figures["cycle"]["per_s"])
-    return f"{name} | {calls} | `{mode}` | {enqueue} | {cycle} | {fenced}"
-
-
-def _peers(results: dict[str, Any]) -> list[str]:
-    single, batch = results["worker"]["single"], results["worker"]["batch"]
-    rows = [
-        _system("lease-queue", "single calls", CONTRACT_MODE, single, "yes"),
-        _system("lease-queue", f"batches of {batch['size']}", CONTRACT_MODE, batch, "yes"),
+def _peers(results: dict[str, Any]) -> dict[str, Any]:
+    batch = results["worker"]["batch"]
+    systems = [
+        ("lease-queue", "single calls", _CONTRACT_MODE, results["worker"]["single"], "yes"),
+        ("lease-queue", f"batches of {batch['size']}", _CONTRACT_MODE, batch, "yes"),
     ]
     measured = {n: p for n, p in results["peers"].items() if p["installed"]}
     for name, peer in measured.items():
         verbs = " / ".join(f"`{v}`" for v in VERBS[name] if not v.startswith("("))
         mode = f"{peer['journal_mode']}+{peer['synchronous']}"
-        rows.append(_system(name, f"{peer['version']}: {verbs}", mode, peer, "no"))
-    lines = [
-        "## The peers",
-        "",
-        *_para(
-            "The same work through persist-queue, litequeue and huey in their default modes",
-            "(read back from their own connections), on the same disk:",
-        ),
-        "",
-        *_table(
-            "system | calls | mode | enqueue jobs/s | take+ack jobs/s | fenced lease",
-            rows,
-        ),
+        systems.append((name, f"{peer['version']}: {verbs}", mode, peer, "no"))
+    rows = [
+        f"{name} | {calls} | `{mode}` | {_fmt(figures['enqueue']['per_s'])} | "
+        f"{_fmt(figures['cycle']['per_s'])} | {fenced}"
+        for name, calls, mode, figures, fenced in systems
     ]
+    header = "system | calls | mode | enqueue jobs/s | take+ack jobs/s | fenced lease"
+    values: dict[str, Any] = {"peers": _table(header, rows)}
     cycles = {name: float(peer["cycle"]["per_s"]) for name, peer in measured.items()}
-    if not cycles:
-        return lines
-    best = max(cycles, key=cycles.__getitem__)
-    return [
-        *lines,
-        "",
-        *_para(
-            "None of the peers has a lease with an expiry and a fencing token. One job at a",
-            f"time lease-queue is the slowest ({_fmt(single['cycle']['per_s'])} take+ack",
-            f"jobs/s against {_fmt(min(cycles.values()))} to {_fmt(cycles[best])}): every",
-            "commit waits for the disk in DELETE+FULL, where the peers' modes sync less or not",
-            "at all; in batches it is ahead of all of them",
-            f"({_fmt(batch['cycle']['per_s'])} against {_fmt(cycles[best])} for {best}).",
-        ),
-    ]
+    if cycles:  # else the paragraph that compares is left out
+        best = max(cycles, key=cycles.__getitem__)
+        values |= {"best": best, "best_rate": cycles[best], "slowest_peer": min(cycles.values())}
+    return values
 
 
-def _couriers(results: dict[str, Any]) -> list[str]:
+def _couriers(results: dict[str, Any]) -> dict[str, Any]:
     section = results["couriers"]
     layers, fleets = section["layers"], section["results"]
     ms = {name: 1e3 / float(layer["per_s"]) for name, layer in layers.items()}
@@ -285,84 +235,42 @@ def _couriers(results: dict[str, Any]) -> list[str]:
         f"{fleet['largest_share']:.2f} | {fleet['lock_timeouts']} | {fleet['stale']}"
         for fleet in fleets
     ]
-    fewest = min(fleet["smallest_share"] for fleet in fleets if fleet["processes"] > 1)
-    return [
-        "## Couriers end to end",
-        "",
-        *_para(
-            f"One courier's round, a layer at a time ({section['layer_seconds']} s each, the",
-            f"median of {section.get('layer_rounds', 3)} rounds):",
+    header = "couriers | deliveries/s, all | each courier's share of the mean | lock timeouts "
+    return {
+        "layer_seconds": section["layer_seconds"],
+        "layer_rounds": section.get("layer_rounds", 3),
+        "layers": _table(
+            "one courier's round | deliveries/s | of `run_once` | ms each | ms added", rows
         ),
-        "",
-        *_table("one courier's round | deliveries/s | of `run_once` | ms each | ms added", rows),
-        "",
-        *_para(
-            "The runner keeps its queue and HTTP connections open; the receiver (its own",
-            "process) keeps a WAL inbox. One courier delivers",
-            f"{layers['runner']['per_s'] / base:.2f} of the `run_once` rate; the largest step is",
-            f"{_LAYERS[largest][1]} ({added[largest]:.2f} ms a delivery). N `courier run`",
-            f"processes, one receiver, {section['seconds']} s:",
-        ),
-        "",
-        *_table(
-            "couriers | deliveries/s, all | each courier's share of the mean | lock timeouts "
-            "| stale finishes",
-            shares,
-        ),
-        "",
-        *_para(
-            "SQLite lets one writer in at a time, so N couriers together deliver at about the",
-            "rate of one; they take turns at the file's writes (a `flock`), so none waits out the",
-            f"1 s busy timeout. Every courier got at least {fewest:.2f} of the mean.",
-        ),
-    ]
+        "runner_share": layers["runner"]["per_s"] / base,
+        "largest": _LAYERS[largest][1],
+        "largest_ms": added[largest],
+        "seconds": section["seconds"],
+        "fleets": _table(header + "| stale finishes", shares),
+        "fewest": min(fleet["smallest_share"] for fleet in fleets if fleet["processes"] > 1),
+    }
 
 
-def _slow_states(results: dict[str, Any]) -> list[str]:
+def _slow_states(results: dict[str, Any]) -> dict[str, Any]:
     part = results["slowpaths"]
     advice, flat = [], []
     for small, large in _small_and_large(part):
         if large["p50_ms"] / small["p50_ms"] <= part["goals"]["cycle"]:
             flat.append(f"`{small['case']}`")
         else:
-            advice += _para(f"- `{small['case']}`: {_ADVICE.get(small['case'], '')}")
-    return [
-        "## Slow states, and what to do about them",
-        "",
-        *slow_states(part, titled=False).splitlines(),
-        "",
-        *(_para(f"- {', '.join(flat)}: {_FLAT}") if flat else []),
-        *advice,
-    ]
-
-
-def _method(results: dict[str, Any]) -> list[str]:
-    settings = results["meta"]["settings"]
-    return [
-        "## How it measures",
-        "",
-        *_para(
-            f"Throughput: {settings['count']:,} single calls or {settings['batches']} batches",
-            "per phase, every result checked, on virtual time (`now_ms` is a parameter); the",
-            f"limit, `worker.py` and the peers run in {settings['rounds']} interleaved rounds,",
-            "each figure its median round, each share of the limit the median of the rounds'",
-            "ratios. The slow states are filled with direct SQL (`bench/rows.py`). Never run",
-            "it on tmpfs (`/dev/shm`): an fsync there is free. Each module",
-            "of [`bench/`](../bench/) says how it measures.",
-        ),
-        "",
-        *_para(
-            "`make bench` writes this page and its JSON; `python -m bench.perf --render",
-            "docs/performance.json --page docs/performance.md` renders it again: never edit it by",
-            f"hand. The investigation: {NOTES}.",
-        ),
-    ]
+            advice += _wrap(f"- `{small['case']}`: {_ADVICE.get(small['case'], '')}", WIDTH)
+    flats = _wrap(f"- {', '.join(flat)}: {_FLAT}", WIDTH) if flat else []
+    return {"slow_states": slow_states(part, titled=False), "advice": "\n".join(flats + advice)}
 
 
 def performance(results: dict[str, Any]) -> str:
     """docs/performance.md for the run ``results`` (the record of ``bench.perf``)."""
-    sections = (_intro, _settings, _throughput, _peers, _couriers, _slow_states)
-    return "\n\n".join("\n".join(section(results)) for section in (*sections, _method)) + "\n"
+    meta = results["meta"]
+    values = {key: meta[key] for key in ("machine", "disk", "sqlite", "python")}
+    values |= {"date": meta["started"][:10], **meta["settings"]}
+    for part in (_settings, _throughput, _peers, _couriers, _slow_states):
+        values |= part(results)
+    return _fill("performance", values)
 
 
 # --- bench.slowpaths ----------------------------------------------------------------------
@@ -391,12 +299,6 @@ def slow_states(part: dict[str, Any], titled: bool = True) -> str:
     if meta:
         own = f". From a run of its own, `{meta['command']}`; the 1-minute load average was"
         own += f" {meta['load_average_before']} before it and {meta['load_average_after']} after:"
-    lines = _para(
-        *([f"**Slow states** on {backend}:"] if titled else []),
-        f"Claim+finish p50 ({part['cycles']} cycles) and the median batch of 64 (`claim_many` +",
-        "`finish_many`) where a claim's cost could grow; the goals: the large size within",
-        f"{goals['cycle']:g}x and {goals['batch']:g}x of the small{own}",
-    )
     rows = [
         f"`{small['case']}` | {small['grows_with']} | {small['size']:,} / {large['size']:,} | "
         f"{small['p50_ms']:.2f} / {large['p50_ms']:.2f} | "
@@ -409,7 +311,9 @@ def slow_states(part: dict[str, Any], titled: bool = True) -> str:
     ]
     header = "state | what grows | how many | claim+finish p50 ms | large/small | with no sync, "
     header += "ms | large/small | batch of 64, ms | large/small"
-    return "\n".join([*lines, "", *_table(header, rows)]) + "\n"
+    title = f"**Slow states** on {backend}: " if titled else ""
+    values = {"title": title, "cycles": part["cycles"], **goals, "own": own}
+    return _fill("slow-states", values | {"table": _table(header, rows)})
 
 
 # --- docs/postgres.md: bench.postgres -----------------------------------------------------
@@ -422,23 +326,26 @@ def _shares(row: dict[str, Any]) -> str:
     return f"{row['smallest_share']:.2f}-{row['largest_share']:.2f}x"
 
 
-def _goals(record: dict[str, Any]) -> list[str]:
-    """The two goals at ``GOAL_PROCESSES`` couriers, judged on this record (no line
+def _goals(record: dict[str, Any]) -> dict[str, Any]:
+    """The two goals at ``GOAL_PROCESSES`` couriers, judged on this record (none
     without that row)."""
     rows = [row for row in record["couriers"] if row["postgres"]["processes"] == GOAL_PROCESSES]
     if not rows or not rows[0]["sqlite"]["per_s"]:
-        return []
+        return {}
     sqlite, pg = rows[0]["sqlite"], rows[0]["postgres"]
     ratio = round(pg["per_s"] / sqlite["per_s"], 2)
     low, high = GOAL_SPREAD
     shares = (pg["smallest_share"], pg["largest_share"])
     spread = all(share is not None and low <= share <= high for share in shares)
-    return [
-        "",
-        f"Goals at {GOAL_PROCESSES} couriers: PostgreSQL / SQLite = {ratio}x (goal "
-        f"{GOAL_RATIO:g}x: {'met' if ratio >= GOAL_RATIO else 'not met'}); every PostgreSQL "
-        f"courier within {low:g}-{high:g}x of the mean: {'met' if spread else 'not met'}.",
-    ]
+    return {
+        "goal_processes": GOAL_PROCESSES,
+        "goal_ratio": ratio,
+        "goal": GOAL_RATIO,
+        "ratio_met": "met" if ratio >= GOAL_RATIO else "not met",
+        "low": low,
+        "high": high,
+        "spread_met": "met" if spread else "not met",
+    }
 
 
 def postgres(record: dict[str, Any]) -> str:
@@ -455,47 +362,23 @@ def postgres(record: dict[str, Any]) -> str:
             f" | {_shares(pg)} | {ratio} | {_fmt(pg.get('wal_flushes_per_s'))} | "
             f"{_fmt(pg.get('commits_per_flush'), 1)}"
         )
-    lines = [
-        f"One run of `python -m bench.postgres`: PostgreSQL {meta['postgres']} "
-        f"({meta['server']}) and SQLite on the same disk, Python {meta['python']}, "
-        f"{meta['cpus']} CPUs; the 1-minute load average was {meta['load_average_before']} "
-        f"before the run and {meta['load_average_after']} after it (other work shares the "
-        "disk and the cores, and moves every figure).",
-        "",
-        f"**Single calls** ({meta['calls']} each, calls/s) and **batches of {meta['batch']}** "
-        f"({meta['batches']} each, jobs/s):",
-        "",
-        f"| backend | {' | '.join(calls)} | durability |",
-        "|---|" + "---:|" * len(calls) + "---|",
-        *(
-            f"| {row['backend']} | {' | '.join(f'{row[c]:,.0f}' for c in calls)} "
-            f"| {row['durability']} |"
-            for row in record["calls"]
-        ),
-        "",
-        f"**Couriers**: N processes, each claim then finish for {meta['seconds']} s on the "
-        "wall clock; claim+finish cycles per second, and the busiest and the idlest "
-        "process against the mean:",
-        "",
-        *_table(
-            "couriers | SQLite cycles/s | spread | PostgreSQL cycles/s | spread "
-            "| PostgreSQL / SQLite | PostgreSQL WAL flushes/s | commits a flush",
-            couriers,
-            "---:",
-        ),
-        "",
-        f"Durability: SQLite {first['sqlite']['durability']}; "
-        f"PostgreSQL {first['postgres']['durability']}. Every commit waits for its WAL "
-        "flush; one flush carries the commits that were waiting when it began.",
-        "",
-        f"The disk alone synced {meta['disk_fsyncs_per_s']:,.0f} 4 KiB writes a second "
-        "in the same run: the ceiling of flushes, which a busy PostgreSQL shares "
-        "with its data files.",
-        *_goals(record),
+    by_backend = [
+        f"{row['backend']} | {' | '.join(f'{row[c]:,.0f}' for c in calls)} | {row['durability']}"
+        for row in record["calls"]
     ]
-    if "slowpaths" in record:
-        lines += ["", slow_states(record["slowpaths"]).rstrip("\n")]
-    return "\n".join(lines) + "\n"
+    header = "couriers | SQLite cycles/s | spread | PostgreSQL cycles/s | spread "
+    header += "| PostgreSQL / SQLite | PostgreSQL WAL flushes/s | commits a flush"
+    values = {**meta, **_goals(record)}
+    values |= {
+        "calls_table": _table(
+            f"backend | {' | '.join(calls)} | durability", by_backend, "lrrrrrrl"
+        ),
+        "couriers": _table(header, couriers, "r" * 8),
+        "sqlite_durability": first["sqlite"]["durability"],
+        "postgres_durability": first["postgres"]["durability"],
+        "slow_states": slow_states(record["slowpaths"]) if "slowpaths" in record else "",
+    }
+    return _fill("postgres", values, width=None)
 
 
 # --- docs/postgres.md: bench.postgres_peers -----------------------------------------------
@@ -532,7 +415,7 @@ def peers(record: dict[str, Any]) -> str:
     """The record of ``bench.postgres_peers`` as markdown (what ``--doc`` puts into
     docs/postgres.md between ``PEERS_MARKS``)."""
     meta = record["meta"]
-    ks, jobs = meta["processes"], f"{meta['jobs']:,}"
+    ks = meta["processes"]
     rows, failures, timed = [], [], []
     for entry in record["contestants"]:
         if entry["versions"] is None:
@@ -551,31 +434,9 @@ def peers(record: dict[str, Any]) -> str:
         took = f"Cells took from {low:g} s ({low_name}, K={low_k}) to {high:g} s "
         took += f"({high_name}, K={high_k}). "
     header = "contestant | version | takes and acknowledges | " + " | ".join(f"K={k}" for k in ks)
-    table = _table(header, rows)
-    table[1] = "|---|---|---|" + "---:|" * len(ks)
-    lines = [
-        f"One run of `python -m bench.postgres_peers`: PostgreSQL {meta['postgres']} "
-        f"({meta['server']}, a Unix socket), {meta['durability']}; Python {meta['python']}, "
-        f"{meta['cpus']} CPUs; the 1-minute load average was {meta['load_average_before']} "
-        f"before the run and {meta['load_average_after']} after it (other work shares the "
-        "cores and the disk, and moves every figure).",
-        "",
-        f"Each cell: {jobs} no-op jobs in a fresh database, enqueued by the contestant's own "
-        "batch call; then K worker processes, each started and connected before one start "
-        "signal, take and acknowledge them with the contestant's own worker loop. Jobs per "
-        f"second is {jobs} over the time from the signal until the database holds {jobs} "
-        f"acknowledged jobs (counted every {meta['poll_s'] * 1000:g} ms, down to "
-        f"{meta['poll_min_s'] * 1000:g} ms as the end nears):",
-        "",
-        *table,
-        "",
-        f"{took}pgworker leases with a fencing token and finishes with a compare-and-set on "
-        "the whole ticket; procrastinate finishes by job id and pgqueuer deletes by job id, "
-        "neither checks who took the job.",
-        "",
-        "Against the goal (pgworker ahead of both peers at every K):",
-        "",
-        *_verdicts(record),
-        *(["", "Cells without a rate:", "", *failures] if failures else []),
-    ]
-    return "\n".join(lines) + "\n"
+    values = {**meta, "jobs": f"{meta['jobs']:,}", "took": took}
+    values |= {"poll_ms": meta["poll_s"] * 1000, "poll_min_ms": meta["poll_min_s"] * 1000}
+    values |= {"table": _table(header, rows, "lll" + "r" * len(ks))}
+    failed = "Cells without a rate:\n\n" + "\n".join(failures) if failures else ""
+    values |= {"verdicts": "\n".join(_verdicts(record)), "failures": failed}
+    return _fill("postgres-peers", values, width=None)
