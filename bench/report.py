@@ -42,39 +42,13 @@ _PHASES = (
     ("finish", "finish", "finish_many", 1),
     ("cycle", "claim + finish", "claim_many + finish_many", 2),
 )
-_MODES = {
-    "DELETE+FULL": "yes: the contract's settings",
-    "WAL+FULL": "yes, but a `-wal` and a `-shm` file must stay with the queue file",
-    "WAL+NORMAL": "no: a commit can be lost in a power cut",
-    "DELETE+OFF": "no: a power cut can corrupt the file",
-}
-# Each layer of a courier's round, and what it adds to the layer it builds on.
-_LAYERS = {
-    "run_once": ("`run_once` on one connection, a send that returns at once", ""),
-    "run_file": (
-        "`run_file` instead: the file opened for each round (the runner keeps it open)",
-        "reopening the file",
-    ),
-    "HTTP": ("`run_once` + HTTP: a server that answers 200 at once", "the HTTP request"),
-    "receiver": ("+ the receiver: its inbox commit before the answer", "the receiver's commit"),
-    "runner": ("`courier run`'s loop (`run_courier`) around it", "the runner's loop"),
-}
-# What to do about each slow state (bench.slowpaths) whose claim+finish misses its goal;
-# a state whose cost does not grow with its size needs nothing.
-_ADVICE = {
-    "ahead-and-due": "jobs enqueued ahead (a producer's clock runs fast) with due jobs behind "
-    "them: each claim reads past them. Keep producers and couriers on the contract's one time "
-    "base; with such a backlog, `claim_many` reads past them once per batch.",
-    "expired-leases": "a courier died holding many leases: the claims take them first, "
-    "oldest first. Let a courier lease no more jobs than it can finish within one lease, and "
-    "drain such a backlog in small batches: a large one holds the write lock past the "
-    "others' busy timeout.",
-}
-_FLAT = (
-    "flat, nothing to do: each queue of claimable rows (fresh, retried, leased) is read in seq "
-    "order through a partial index of its own, the retries and the leases only when one is "
-    "due, and the quarantine runs only when it has a job to move."
-)
+
+
+def _words(section: str) -> dict[str, str]:
+    """The ``section key: text`` lines of bench/templates/words.md, by key."""
+    lines = (TEMPLATES / "words.md").read_text(encoding="utf-8").splitlines()
+    found = (re.fullmatch(rf"{section} (\S+): (.+)", line) for line in lines)
+    return {match[1]: match[2] for match in found if match}
 
 
 def _fill(template: str, values: dict[str, Any], width: int | None = WIDTH) -> str:
@@ -145,8 +119,8 @@ def _share_of_limit(results: dict[str, Any], figure: dict[str, Any], tx: float) 
 
 
 def _settings(results: dict[str, Any]) -> dict[str, Any]:
-    bare = results["limit"]["bare"]
-    modes = [f"`{mode}` | {_fmt(fig['per_s'])} | {_MODES[mode]}" for mode, fig in bare.items()]
+    bare, words = results["limit"]["bare"], _words("mode")
+    modes = [f"`{mode}` | {_fmt(fig['per_s'])} | {words[mode]}" for mode, fig in bare.items()]
     modes.append(f"no SQLite: write 4 KiB, fsync | {_fmt(results['limit']['fsync']['per_s'])} | -")
     full_us, off_us = 1e6 / _limit(results), 1e6 / _limit(results, "DELETE+OFF")
     ceiling = results["ceiling"]
@@ -227,7 +201,7 @@ def _couriers(results: dict[str, Any]) -> dict[str, Any]:
     rows = [
         f"{label} | {_fmt(layers[name]['per_s'])} | {layers[name]['per_s'] / base:.2f} | "
         f"{ms[name]:.2f} | {_fmt(added.get(name), 2)}"
-        for name, (label, _) in _LAYERS.items()
+        for name, label in _words("layer").items()
     ]
     largest = max((name for name in added if name != "run_file"), key=added.__getitem__)
     shares = [
@@ -243,7 +217,7 @@ def _couriers(results: dict[str, Any]) -> dict[str, Any]:
             "one courier's round | deliveries/s | of `run_once` | ms each | ms added", rows
         ),
         "runner_share": layers["runner"]["per_s"] / base,
-        "largest": _LAYERS[largest][1],
+        "largest": _words("adds")[largest],
         "largest_ms": added[largest],
         "seconds": section["seconds"],
         "fleets": _table(header + "| stale finishes", shares),
@@ -252,14 +226,14 @@ def _couriers(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slow_states(results: dict[str, Any]) -> dict[str, Any]:
-    part = results["slowpaths"]
+    part, words = results["slowpaths"], _words("advice")
     advice, flat = [], []
     for small, large in _small_and_large(part):
         if large["p50_ms"] / small["p50_ms"] <= part["goals"]["cycle"]:
             flat.append(f"`{small['case']}`")
         else:
-            advice += _wrap(f"- `{small['case']}`: {_ADVICE.get(small['case'], '')}", WIDTH)
-    flats = _wrap(f"- {', '.join(flat)}: {_FLAT}", WIDTH) if flat else []
+            advice += _wrap(f"- `{small['case']}`: {words.get(small['case'], '')}", WIDTH)
+    flats = _wrap(f"- {', '.join(flat)}: {words['flat']}", WIDTH) if flat else []
     return {"slow_states": slow_states(part, titled=False), "advice": "\n".join(flats + advice)}
 
 
