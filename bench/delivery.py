@@ -3,34 +3,24 @@
 Two measurements, each on a fresh queue file filled with due jobs (direct SQL, more
 than can be delivered in the time), on the host's wall clock (the couriers' time base):
 
-1. ``breakdown``: one courier's round built up one layer at a time, the courier in
-   this process, each layer for ``seconds`` in each of three rounds (the median round
-   of each); what a layer costs is its time a delivery less that of the layer it
-   builds on (``BUILDS_ON``):
+1. ``breakdown``: one courier's round built up one layer at a time (``LAYERS``), the
+   courier in this process, each layer for ``seconds`` in each of three rounds (the
+   median round of each); a layer costs its time a delivery less that of the layer it
+   builds on (``BUILDS_ON``): ``run_once`` on one connection with a send that returns
+   ``True`` at once (the queue alone); ``run_file``, which opens the file each round;
+   ``HTTP``: ``courier.runner.HttpSend`` to a server here that answers 200 at once;
+   ``receiver``: the real receiver (``courier.receiver``), which commits each delivery
+   to its inbox before answering; ``runner``: ``run_courier`` itself (its loop,
+   backoff and log, here discarded).
+2. ``fleet``: N courier processes (``spawn``, ``bench.measure.fleet``), each
+   ``run_courier`` with ``HttpSend`` against one real receiver, on one queue file, for
+   ``seconds`` after a common start: deliveries per second of all, each courier's
+   share of the mean, lock timeouts (a ``database is locked`` after the 1 s busy
+   timeout) and stale finishes (a lease that ran out before its finish).
 
-   - ``run_once``: ``worker.run_once`` on one connection, a send that returns ``True``
-     at once (the queue alone: a claim and a finish);
-   - ``run_file``: ``worker.run_file``, which opens the file for each round (what
-     the runner would pay if it did not keep its connection);
-   - ``HTTP``: ``run_once`` with ``courier.runner.HttpSend`` to a server of this
-     module that answers 200 at once (the request, no commit behind it);
-   - ``receiver``: the same to the real receiver (``courier.receiver``), which commits
-     each delivery to its inbox before answering;
-   - ``runner``: ``courier.runner.run_courier`` itself against the real receiver (its
-     loop, backoff and log, here discarded).
-
-2. ``fleet``: N courier processes (``spawn``, ``bench.measure.fleet``),
-   each ``run_courier`` with ``HttpSend`` against one real receiver, on one queue
-   file, for ``seconds`` after a common start: deliveries per second of all of them,
-   each courier's deliveries as a share of the mean, lock timeouts (the runner's busy
-   rounds, each a ``database is locked`` after the 1 s busy timeout) and stale
-   finishes (a lease that ran out before its finish).
-
-Every server (the receiver, the one that answers 200) runs in a process of its own,
-as ``courier receive`` does, so it never waits for a courier's interpreter lock.
-
-Every courier uses ``courier run``'s defaults: a lease of 1,000 ms and an HTTP timeout
-of 3/4 of it.
+Every server runs in a process of its own, as ``courier receive`` does, so it never
+waits for a courier's interpreter lock. Every courier uses ``courier run``'s defaults:
+a lease of 1,000 ms and an HTTP timeout of 3/4 of it.
 """
 
 from __future__ import annotations
