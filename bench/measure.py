@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = ["T0_MS", "Timed", "add_record_options", "fleet", "fleet_totals", "load_average"]
 __all__ += ["log", "median_of_rounds", "paired", "percentile", "pragmas", "record_or_render"]
-__all__ += ["write_page"]
+__all__ += ["publish", "write_page"]
 
 # The virtual time base of every single-process measurement: the queues never read a
 # clock, so a fixed "now" (plus a millisecond per step where the order matters) makes
@@ -274,3 +274,10 @@ def write_page(page: Path | None, body: str, markers: tuple[str, str] | None = N
 def log(line: str) -> None:
     """Print one progress line on standard error (standard output carries the tables)."""
     print(line, file=sys.stderr, flush=True)
+
+
+def publish(page: Path | None, text: str, markers: tuple[str, str] | None = None) -> int:
+    """Write ``text`` into ``page`` (as ``write_page`` does) and print it; the exit status 0."""
+    write_page(page, text, markers)
+    print(text, end="")
+    return 0

@@ -41,7 +41,7 @@ from typing import Any
 import worker
 from bench import delivery, limits, peers, report, slowpaths
 from bench.backends import Sqlite
-from bench.measure import add_record_options, log, median_of_rounds, record_or_render, write_page
+from bench.measure import add_record_options, log, median_of_rounds, publish, record_or_render
 from bench.ops import Calls, timed_phases
 
 __all__ = ["Settings", "main", "run"]
@@ -173,10 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     record = record_or_render(args, argv, "bench.perf", lambda work: run(work, settings))
-    page = report.performance(record)
-    write_page(args.page, page)
-    print(page, end="")
-    return 0
+    return publish(args.page, report.performance(record))
 
 
 if __name__ == "__main__":

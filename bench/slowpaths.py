@@ -14,8 +14,8 @@ PostgreSQL, each at 1,000 and 100,000. Each state is built in a fresh queue (a
 file, or a database): leases through ``claim_many`` (1,000 a call), as a crash
 leaves them, and every other row with direct SQL on the contract's schema
 (``bench.rows.fill``: rows the calls could have produced; 100,000 through the calls
-would take minutes); then the backend settles it (PostgreSQL: ``ANALYZE``, as
-autovacuum does). Each case is timed a cycle at a time
+would take minutes); then the backend settles it (PostgreSQL: ``VACUUM (ANALYZE)``,
+as autovacuum does). Each case is timed a cycle at a time
 (``bench.ops.cycle_times``): claim then finish ``ok``, p50 over ``cycles`` cycles under
 the backend's durable settings and, for the statements' own cost, without waiting for
 the disk (``synchronous=OFF``, ``synchronous_commit=off``: not durable; analysis only).

@@ -18,6 +18,7 @@ files), never taken from ``pgworker``'s private ones.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -175,14 +176,11 @@ class DatabaseQueue:
 
     def hold_lock(self) -> Any:
         """A connection holding ``LOCK TABLE jobs IN EXCLUSIVE MODE``; busy if it cannot."""
-        con = psycopg.connect(self.target, autocommit=True)
-        try:
-            con.execute(PG_LOCK_TIMEOUT)
-            con.execute("BEGIN")
-            con.execute(PG_HOLD)
-        except BaseException:
-            con.close()
-            raise
+        with contextlib.ExitStack() as on_failure:  # closes the connection if a step fails
+            con = on_failure.enter_context(psycopg.connect(self.target, autocommit=True))
+            for statement in (PG_LOCK_TIMEOUT, "BEGIN", PG_HOLD):
+                con.execute(statement)
+            on_failure.pop_all()
         return con
 
     def can_be_taken_over(self, job_id: str) -> bool:

@@ -46,3 +46,9 @@ def quick_record(module: str, *options: str) -> Iterator[tuple[dict[str, Any], s
         yield json.loads(out.read_text(encoding="utf-8")), done.stdout
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def generated_section(page: Path, marks: tuple[str, str]) -> str:
+    """What stands between the generated-section ``marks`` of ``page``."""
+    begin, end = marks
+    return page.read_text(encoding="utf-8").split(begin + "\n", 1)[1].split(end, 1)[0]

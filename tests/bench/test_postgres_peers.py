@@ -19,7 +19,7 @@ import pytest
 
 from bench import postgres_peers, report
 from courier.procs import project_root
-from tests.bench.quick import quick_record
+from tests.bench.quick import generated_section, quick_record
 
 DOCS = project_root() / "docs"
 OURS = ("pgworker", "pgworker-64")
@@ -95,9 +95,7 @@ def test_a_peer_not_installed_is_shown_as_such(quick_run: tuple[dict[str, Any], 
 
 def test_the_page_is_the_recorded_full_run_of_all_four_rendered() -> None:
     record = json.loads((DOCS / "postgres-peers.json").read_text(encoding="utf-8"))
-    page = (DOCS / "postgres.md").read_text(encoding="utf-8")
-    begin, end = report.PEERS_MARKS
-    assert page.split(begin + "\n", 1)[1].split(end, 1)[0] == report.peers(record)
+    assert generated_section(DOCS / "postgres.md", report.PEERS_MARKS) == report.peers(record)
     assert not record["meta"]["quick"], "the page shows a full run"
     assert record["meta"]["processes"] == list(postgres_peers.PROCESSES)
     assert [entry["name"] for entry in record["contestants"]] == list(postgres_peers.CONTESTANTS)

@@ -17,7 +17,7 @@ import pytest
 
 from bench import postgres, report, slowpaths
 from courier.procs import project_root
-from tests.bench.quick import quick_record
+from tests.bench.quick import generated_section, quick_record
 
 DOCS = project_root() / "docs"
 PHASES = ("enqueue", "claim", "finish", "enqueue_many", "claim_many", "finish_many")
@@ -97,7 +97,6 @@ def _pairs(record: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]
 
 def test_the_postgres_page_is_its_recorded_run_rendered() -> None:
     record = json.loads((DOCS / "postgres.json").read_text(encoding="utf-8"))
-    page = (DOCS / "postgres.md").read_text(encoding="utf-8")
-    begin, end = report.POSTGRES_MARKS
-    assert page.split(begin + "\n", 1)[1].split(end, 1)[0] == report.postgres(record)
+    section = generated_section(DOCS / "postgres.md", report.POSTGRES_MARKS)
+    assert section == report.postgres(record)
     assert not record["meta"]["quick"], "the page shows a full run"
