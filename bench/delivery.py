@@ -1,27 +1,5 @@
-"""Delivery end to end: the real courier runner against the real receiver, beside run_once.
-
-Two measurements, each on a fresh queue file filled with due jobs (direct SQL, more
-than can be delivered in the time), on the host's wall clock (the couriers' time base):
-
-1. ``breakdown``: one courier's round built up one layer at a time (``LAYERS``), the
-   courier in this process, each layer for ``seconds`` in each of three rounds (the
-   median round of each); a layer costs its time a delivery less that of the layer it
-   builds on (``BUILDS_ON``): ``run_once`` on one connection with a send that returns
-   ``True`` at once (the queue alone); ``run_file``, which opens the file each round;
-   ``HTTP``: ``courier.runner.HttpSend`` to a server here that answers 200 at once;
-   ``receiver``: the real receiver (``courier.receiver``), which commits each delivery
-   to its inbox before answering; ``runner``: ``run_courier`` itself (its loop,
-   backoff and log, here discarded).
-2. ``fleet``: N courier processes (``spawn``, ``bench.measure.fleet``), each
-   ``run_courier`` with ``HttpSend`` against one real receiver, on one queue file, for
-   ``seconds`` after a common start: deliveries per second of all, each courier's
-   share of the mean, lock timeouts (a ``database is locked`` after the 1 s busy
-   timeout) and stale finishes (a lease that ran out before its finish).
-
-Every server runs in a process of its own, as ``courier receive`` does, so it never
-waits for a courier's interpreter lock. Every courier uses ``courier run``'s defaults:
-a lease of 1,000 ms and an HTTP timeout of 3/4 of it.
-"""
+"""Delivery end to end: the real courier runner against the real receiver, beside run_once. See
+docs/benchmarks.md, ``bench.delivery``."""
 
 from __future__ import annotations
 

@@ -1,32 +1,5 @@
-"""The limits of a call: what the disk and SQLite allow before any queue logic runs, and
-each single call beside the contract's ceiling for it.
-
-- ``bare_transactions``: ``BEGIN IMMEDIATE; UPDATE one row; COMMIT`` in a loop on a
-  fresh file, under the journal mode and synchronous setting given (the contract's
-  are ``DELETE`` and ``FULL``). Its rate is *the limit* of any queue call that is one
-  write transaction on this disk.
-- ``raw_fsync``: write 4 KiB at offset 0 of a file and ``fsync`` it, in a loop: what
-  one durable write costs the disk, with no SQLite at all.
-- ``ceilings``: a call's ceiling is the same row writes with the same indexes, alone in
-  their transaction: what any implementation of the contract must write for that call,
-  with worker.py's partial indexes to keep up, and nothing else (no validation, no
-  reads, no quarantine, no search). The writes are this module's own SQL against the
-  contract's schema (docs/spec/CONTRACT.md), on a file made by ``worker.open_queue``:
-  ``enqueue`` inserts the new pending job; ``claim`` leases the oldest due job (by its
-  seq, known beforehand), attempt and token 1; ``finish`` settles that lease ``done``;
-  ``cycle`` is the lease and its settlement, two transactions; ``redrive`` writes the
-  audit row and makes the job pending again, one transaction.
-
-The ceiling and the calls are ``bench.ops`` queues timed in its phases (then
-``redrive``): each step times one ceiling transaction (or two, for a cycle) on its
-file and the worker.py call (or calls) on another, in turn (``bench.measure.paired``),
-so both meet the disk in the same second; ``ceiling seconds / call seconds`` is the
-call's share of its ceiling. Both files see the same jobs at the same virtual times
-and end with the same rows (``rows_of``; a test checks it), so no figure counts a
-step that did less. The enqueue ceiling timed beside itself on a second pair of files
-gives the share two equal sides get: how finely the method resolves on this disk at
-this load.
-"""
+"""The limits of a call: what the disk and SQLite allow before any queue logic runs, and each
+single call beside the contract's ceiling for it. See docs/benchmarks.md, ``bench.limits``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
 """The harness every bench uses: timing, percentiles, medians of rounds, fleets of child
-processes, and a recorded bench's command line (measure a record, or render one).
-
-Every throughput figure is "operations over a fixed count, timed with
-``time.perf_counter``", bounded in time as well: ``run_counted`` stops early when a
-step is so slow that the count would take longer than ``max_seconds``, and the figure
-is then computed from the operations really done. A fleet's children start together:
-each reports ready, waits for one start signal, works, and puts its report on a queue.
-"""
+processes, and a recorded bench's command line (measure a record, or render one). See
+docs/benchmarks.md, ``bench.measure``."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""The phases every queue is timed in, and worker.py's (or pgworker.py's) calls as a queue.
-
-A ``Queue`` puts, takes and acknowledges jobs, ``size`` a call, and checks every
-result, so that a figure never comes from a call that did not do its work.
-``phases`` times, in this order: ``enqueue`` (``calls`` puts of new jobs), ``claim``
-(a take per put: the oldest due jobs), ``finish`` (an acknowledgement, ``ok``, per
-take) and ``cycle`` (a take and its acknowledgement, on jobs filled beforehand,
-untimed); ``cycle_times`` times each cycle on its own (for percentiles). Time is
-virtual (``T0_MS``): each phase uses its own fixed "now", so leases and deadlines
-never run out mid-phase. ``Calls`` is worker.py's calls on one connection (pgworker.py's
-are the same): single calls (``size`` 1) or batches (``enqueue_many``, ``claim_many``,
-``finish_many``, docs/batches.md). The peers (``bench.peers``) and the ceilings
-(``bench.limits``) are queues too.
-"""
+"""The phases every queue is timed in, and worker.py's (or pgworker.py's) calls as a queue. See
+docs/benchmarks.md, ``bench.ops``."""
 
 from __future__ import annotations
 

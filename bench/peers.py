@@ -1,25 +1,5 @@
-"""The peers: other SQLite-backed Python queues doing the same enqueue + take + ack work.
-
-Each peer runs in its *default* mode (whatever its constructor does when given only a
-path) on a file in the benchmark's folder, so on the same disk as worker.py. The
-journal mode and synchronous setting printed beside each figure are read back with
-``PRAGMA journal_mode`` and ``PRAGMA synchronous`` on the very connection the peer
-writes with (``synchronous`` is per connection, so a second connection could not tell).
-
-- persist-queue ``SQLiteAckQueue``: ``put``; take ``get(block=False, raw=True)``; ack
-  ``ack`` (by its ``pqid``). Pragmas read on ``_putter`` (private; its only connection).
-- litequeue ``LiteQueue``: ``put``; take ``pop``; ack ``done(message_id)``. Pragmas on
-  ``conn``.
-- huey ``SqliteStorage``: ``enqueue``; take ``dequeue``, which deletes the row; no ack
-  (huey has none). Pragmas on ``conn``.
-
-None of them leases with a fencing token: a take is a status flip (persist-queue,
-litequeue) or a delete (huey), and an ack is not checked against the taker. The peers
-are optional (the ``bench`` extra): a peer that is not installed is reported as such,
-never as a failure. Their modules have no type stubs; they are imported with
-``importlib`` here and nowhere else. Each is a ``bench.ops.Queue`` of size 1, timed in
-the same four phases as worker.py.
-"""
+"""The peers: other SQLite-backed Python queues doing the same enqueue + take + ack work. See
+docs/benchmarks.md, ``bench.peers``."""
 
 from __future__ import annotations
 

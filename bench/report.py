@@ -1,13 +1,7 @@
 """Every page the benches write, rendered from their records: docs/performance.md
 (``bench.perf``), the two generated sections of docs/postgres.md (``bench.postgres``,
-``bench.postgres_peers``) and the slow-states table (``bench.slowpaths``).
-
-The words are markdown templates in bench/templates/ (one a page or section), the tables
-and every number in them come from the record, so that a page cannot drift from its
-record: each bench's ``--render JSON`` renders it again without a run, and a test checks
-that each committed page (or section) is exactly the render of its committed JSON.
-Ratios compare figures of the same run only.
-"""
+``bench.postgres_peers``) and the slow-states table (``bench.slowpaths``). See
+docs/benchmarks.md, ``bench.report``."""
 
 from __future__ import annotations
 

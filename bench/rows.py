@@ -1,14 +1,5 @@
 """Queue rows built fast with direct SQL, in the contract's schema (docs/spec/CONTRACT.md).
-
-Going through ``enqueue`` would cost one durable transaction per row (a million rows
-would take ten minutes); one ``INSERT ... SELECT`` over a counter (SQLite's recursive
-one, PostgreSQL's ``generate_series``) writes them in one statement, its own
-transaction, in seconds. Every row is one that the contract's calls could have
-produced: ids are identifiers, ``qty`` is 1-1000, the token counts the leases
-(``attempts``), and ``deadline - available_at`` never exceeds a ttl of 60 s for a
-live row. ``fill`` writes ``n`` rows alike (by default due fresh jobs) on either
-backend.
-"""
+See docs/benchmarks.md, ``bench.rows``."""
 
 from __future__ import annotations
 

@@ -1,39 +1,5 @@
-"""Queue states where claim's cost could grow with the queue, each timed small and large,
-on worker.py or pgworker.py.
-
-Each is a state a real queue reaches (``GROWS_WITH`` says what grows in each), paired
-small and large so that any growth shows: due jobs behind a head of 100 waiting retries
-(an outage), behind 100 fresh jobs enqueued by a producer whose clock runs 30 s ahead,
-due retries behind waiting ones; as many jobs ahead as due behind; leases on their last
-attempt (the quarantine of spent budgets must not read live leases); the expired leases
-of a courier that died (taken first); due retries; a history of done or dead jobs.
-
-``make bench`` runs the first six on SQLite (``SQLITE_CASES``); ``make
-bench-postgres`` runs the last four (``POSTGRES_CASES``, issue 26's states) on
-PostgreSQL, each at 1,000 and 100,000. Each state is built in a fresh queue (a
-file, or a database): leases through ``claim_many`` (1,000 a call), as a crash
-leaves them, and every other row with direct SQL on the contract's schema
-(``bench.rows.fill``: rows the calls could have produced; 100,000 through the calls
-would take minutes); then the backend settles it (PostgreSQL: ``VACUUM (ANALYZE)``,
-as autovacuum does). Each case is timed a cycle at a time
-(``bench.ops.cycle_times``): claim then finish ``ok``, p50 over ``cycles`` cycles under
-the backend's durable settings and, for the statements' own cost, without waiting for
-the disk (``synchronous=OFF``, ``synchronous_commit=off``: not durable; analysis only).
-Between the two, ``BATCHES`` batches of ``BATCH_SIZE`` (``claim_many`` then
-``finish_many``, durable) show what the state costs a batch: the median batch, in ms.
-Every claimed job is checked to be one of the due jobs the state holds.
-
-The goals (issue 26): the large size's p50 of claim+finish within ``GOAL_CYCLE``
-(1.3x) of the small size's, and the median batch within ``GOAL_BATCH`` (1.5x). Run
-alone, it prints each case's two sizes side by side with both ratios, their goals and
-whether each is met (``bench.report.slow_states``; one run, one folder; ``--json``
-keeps the record)::
-
-    python -m bench.slowpaths                                   # SQLite, as make bench runs it
-    python -m bench.slowpaths --backend postgres                # as make bench-postgres runs it
-    python -m bench.slowpaths --backend postgres --case expired-leases --cycles 30
-    python -m bench.slowpaths --cycles 30 --scale 0.1           # shorter, smaller
-"""
+"""Queue states where claim's cost could grow with the queue, each timed small and large, on
+worker.py or pgworker.py. See docs/benchmarks.md, ``bench.slowpaths``."""
 
 from __future__ import annotations
 
