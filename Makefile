@@ -21,8 +21,8 @@ test: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -m pytest -n $(WORKERS) --dist worksteal
 
-## nightly: the whole suite with long draws and random seeds (the nightly profile, about
-## 30 min on 2 cores), see docs/testing.md
+## nightly: the whole suite with long draws and random seeds (the nightly profile: about
+## ten times the draws of make test), see docs/testing.md
 nightly: $(STAMP)
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n $(WORKERS) --dist worksteal
 
