@@ -170,7 +170,7 @@ INDEXES = (
     f"CREATE INDEX IF NOT EXISTS jobs_fresh_by_seq ON jobs (seq) WHERE {_FRESH}",
     f"CREATE INDEX IF NOT EXISTS jobs_retried_by_seq ON jobs (seq) WHERE {_RETRIED}",
     "CREATE INDEX IF NOT EXISTS jobs_leased_by_seq ON jobs (seq) WHERE status = 'leased'",
-    # ... whether any retry or lease is due at all, by time (_DUE: one entry each) ...
+    # ... whether any retry or lease is due at all, by time (one entry each) ...
     f"""CREATE INDEX IF NOT EXISTS jobs_retried_by_available_at
   ON jobs (available_at) WHERE {_RETRIED}""",
     """CREATE INDEX IF NOT EXISTS jobs_leased_by_lease_until
@@ -228,24 +228,21 @@ _QUARANTINABLE = """(status IN ('pending', 'leased') AND deadline <= %(now)s
 # A claimable row the quarantine leaves alone (the statement's parts share one
 # snapshot: the searches do not see what the quarantine changes).
 _STILL_ALIVE = "deadline > %(now)s AND attempts < max_attempts"
+# Each queue's search, in seq order. The retried and the expired queue are read only
+# when one of their rows is due: the queue's earliest time (min() reads one entry of
+# its index by time, whatever the planner estimates) is asked once, a one-time filter
+# before the search reads a row. So a pile of waiting retries or running leases is
+# never read, and a dead fleet's expired leases are read from the lowest seq on, not
+# sorted. (An empty queue's min() is NULL: not due.)
+_RETRY_DUE = f"(SELECT min(available_at) FROM jobs WHERE {_RETRIED}) <= %(now)s"
+_LEASE_DUE = "(SELECT min(lease_until) FROM jobs WHERE status = 'leased') <= %(now)s"
 _SEARCHES = (
     ("fresh", f"{_FRESH} AND available_at <= %(now)s"),
-    ("retried", f"{_RETRIED} AND available_at <= %(now)s"),
-    ("expired", _EXPIRED),
+    ("retried", f"{_RETRIED} AND available_at <= %(now)s AND {_RETRY_DUE}"),
+    ("expired", f"{_EXPIRED} AND {_LEASE_DUE}"),
 )
-# The retried and the expired queue are read, in seq order, only when one of their
-# rows is due: the earliest time of the queue (min() reads one entry of its index
-# by time, whatever the planner's estimates), asked once per statement (a one-time
-# filter, before the search reads a row). A pile of waiting retries or running
-# leases is then never read, and a crashed fleet's expired leases are read from the
-# lowest seq on, not sorted. (An empty queue's min() is NULL: not due.)
-_DUE = {
-    "fresh": "true",
-    "retried": f"(SELECT min(available_at) FROM jobs WHERE {_RETRIED}) <= %(now)s",
-    "expired": "(SELECT min(lease_until) FROM jobs WHERE status = 'leased') <= %(now)s",
-}
 _SEARCH = {
-    queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE} AND {_DUE[queue]}
+    queue: f"""SELECT seq FROM jobs WHERE {where} AND {_STILL_ALIVE}
     ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED"""
     for queue, where in _SEARCHES
 }
@@ -661,8 +658,7 @@ def _intake(
 # --- 4. claim ------------------------------------------------------------------
 # claim and claim_many: worker.py's signatures, argument checks and contract text,
 # deliberately restated (rule 1; tests/contract runs both); the statements are its own.
-# Their argument checks are alike on purpose too: each call checks its own arguments
-# in its own signature's order, where a reader of that call looks for them.
+# Their argument checks are alike on purpose: each call checks its own, in its order.
 
 
 def claim(
