@@ -55,18 +55,17 @@ passes them over). The searches leave alone every row the quarantine takes
 (``deadline > now``, budget left), since the statement's parts share one
 snapshot.
 
-Planning: PostgreSQL plans a claim's statement afresh for every call (its
-estimates make the plan for unknown parameters look dearer), and planning it
-costs more than running it. So a single ``claim`` is planned once per connection:
-its statement asks for one row (``LIMIT 1``, written out, not a parameter), for
-which the plan for any parameters is the right one at every size (each queue
-read in seq order through its own index), and it runs in one implicit
-transaction with ``plan_cache_mode = force_generic_plan`` set for that
-transaction alone, both sent at once (a pipeline; one round trip). With a hook,
-or on a connection that is not in autocommit mode, BEGIN ... COMMIT surround the
-setting and the claim instead. ``claim_many`` keeps PostgreSQL's own choice: its
-``LIMIT`` is a parameter, for which a plan made without its value would read
-every live row, and a batch shares one plan among all its jobs.
+Planning: a claim's statement costs more to plan than to run. PostgreSQL plans a
+prepared statement for its values at its first five runs, then keeps one plan for
+any values if that one is estimated no dearer. A single ``claim`` is written so
+that it is: it asks for one row (``LIMIT 1``, written out) and reads ``now``
+through a subquery, so no estimate depends on a value, and its plan, the same for
+any values, reads each queue in seq order through its own index, the right plan
+at every size. psycopg prepares a statement at its sixth run, so from a
+connection's eleventh claim on, no claim is planned. ``claim_many`` keeps
+PostgreSQL's own choice: its ``LIMIT`` is a parameter, for which a plan made
+without its value would read every live row. A single ``finish`` sends its
+ticket as plain values, not as one-element arrays.
 
 Seq numbers are an identity column: increasing in insert order, but a
 PostgreSQL sequence is not rolled back, so a rolled-back insert (a redrive
@@ -269,10 +268,9 @@ UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.to
   FROM picked WHERE jobs.seq = picked.seq
   RETURNING jobs.seq, jobs.id, jobs.qty, jobs.token, jobs.attempts, jobs.lease_until"""
 
-# A single claim: the same statement asking for one row, planned once per
-# connection (see "Planning" above); _PLAN_ONCE lasts to the end of its transaction.
-_CLAIM_ONE = _CLAIM.replace("%(limit)s", "1")
-_PLAN_ONCE = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+# A single claim: the same statement asking for one row, with ``now`` read through a
+# subquery, so that no estimate depends on a parameter's value (see "Planning" above).
+_CLAIM_ONE = _CLAIM.replace("%(limit)s", "1").replace("%(now)s", "(SELECT %(now)s::bigint)")
 
 # finish and finish_many: one compare-and-set UPDATE. A ticket is live only if
 # it matches the row in full and neither the lease nor the job's deadline has
@@ -286,20 +284,32 @@ _VERDICT = """CASE WHEN given.outcome = 'ok' THEN 'done'
     WHEN jobs.attempts >= jobs.max_attempts THEN 'exhausted'
     WHEN %(now)s + given.delay_ms >= jobs.deadline THEN 'deadline'
     ELSE 'retry' END"""
-_SETTLE = f"""UPDATE jobs SET
+# The settlements: one array per field, or a single one's plain values (no arrays to unpack).
+_SETTLE_FROM = {
+    "many": """unnest(%(n)s::integer[], %(id)s::text[], %(qty)s::integer[], %(owner)s::text[],
+      %(token)s::bigint[], %(attempt)s::integer[], %(lease_until)s::bigint[],
+      %(outcome)s::text[], %(delay_ms)s::bigint[])
+    AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
+  WHERE jobs.id = ANY(%(id)s::text[])""",
+    "one": """(VALUES (%(n)s::integer, %(id)s::text, %(qty)s::integer, %(owner)s::text,
+      %(token)s::bigint, %(attempt)s::integer, %(lease_until)s::bigint,
+      %(outcome)s::text, %(delay_ms)s::bigint))
+    AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
+  WHERE jobs.id = %(id)s::text""",
+}
+_SETTLE = {
+    size: f"""UPDATE jobs SET
     status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
     reason = nullif({_VERDICT}, 'done'),
     available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
     owner = NULL, lease_until = NULL
-  FROM unnest(%(n)s::integer[], %(id)s::text[], %(qty)s::integer[], %(owner)s::text[],
-      %(token)s::bigint[], %(attempt)s::integer[], %(lease_until)s::bigint[],
-      %(outcome)s::text[], %(delay_ms)s::bigint[])
-    AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
-  WHERE jobs.id = ANY(%(id)s::text[]) AND jobs.id = given.id AND jobs.status = 'leased'
+  FROM {given} AND jobs.id = given.id AND jobs.status = 'leased'
     AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
     AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
     AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
   RETURNING given.n, jobs.status"""
+    for size, given in _SETTLE_FROM.items()
+}
 
 # redrive: the job row is locked first, so nothing changes it between the check
 # and the requeue.
@@ -728,21 +738,10 @@ def _lease(
 ) -> list[dict[str, Any]]:
     """Quarantine, then lease the lowest ``limit`` claimable jobs: one statement."""
     params = {"now": now_ms, "owner": owner, "limit": limit, "lease_ms": lease_ms}
-    single = limit == 1  # planned once per connection (see "Planning")
-    if single and fault is None and con.autocommit and psycopg.Pipeline.is_supported():
-        with con.pipeline(), con.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(_PLAN_ONCE)  # the setting and the claim: one implicit transaction
-            cursor.execute(_CLAIM_ONE, params)
-            leased = sorted(cursor.fetchall())
-    else:
-        # A single claim needs a transaction of its own for _PLAN_ONCE to last into it.
-        transaction = _write_transaction if single else _statement_transaction
-        with transaction(con, fault) as hooks:
-            if single:
-                con.execute(_PLAN_ONCE)
-            leased = sorted(_rows(con, _CLAIM_ONE if single else _CLAIM, params))
-            if leased:
-                hooks.reached("after-claim")
+    with _statement_transaction(con, fault) as hooks:
+        leased = sorted(_rows(con, _CLAIM_ONE if limit == 1 else _CLAIM, params))
+        if leased:
+            hooks.reached("after-claim")
     return [
         {
             "id": job_id,
@@ -840,14 +839,15 @@ def _settle(
     for n, (ticket, _, _) in enumerate(settlements):
         firsts.setdefault(tuple(ticket[key] for key in TICKET_KEYS), n)
     sent = sorted(firsts.values())
-    params: dict[str, Any] = {"now": now_ms, "n": sent}
-    for key in TICKET_KEYS:
-        params[key] = [settlements[n][0][key] for n in sent]
-    params["outcome"] = [settlements[n][1] for n in sent]
-    params["delay_ms"] = [settlements[n][2] for n in sent]
+    size = "one" if len(sent) == 1 else "many"
+    fields = {key: [settlements[n][0][key] for n in sent] for key in TICKET_KEYS}
+    fields |= {"n": sent, "outcome": [settlements[n][1] for n in sent]}
+    fields["delay_ms"] = [settlements[n][2] for n in sent]
+    params = {key: values[0] if size == "one" else values for key, values in fields.items()}
+    params["now"] = now_ms
     statuses: list[str | bool] = [False] * len(settlements)
     with _statement_transaction(con, fault) as hooks:
-        for n, status in _rows(con, _SETTLE, params):
+        for n, status in _rows(con, _SETTLE[size], params):
             statuses[n] = status
         if any(statuses):
             hooks.reached("after-finish")

@@ -235,7 +235,7 @@ _PG_TICKET_MATCH = """ AND jobs.status = 'leased'
 """
 _PG_SETTLE_CALL = """    statuses: list[str | bool] = [False] * len(settlements)
     with _statement_transaction(con, fault) as hooks:
-        for n, status in _rows(con, _SETTLE, params):"""
+        for n, status in _rows(con, _SETTLE[size], params):"""
 
 PG_PLANTS = (
     Plant(
@@ -282,18 +282,20 @@ PG_PLANTS = (
             (_PG_TICKET_MATCH, "\n"),
             (
                 _PG_SETTLE_CALL,
-                """    live = {n for (n,) in _rows(con, _SETTLE_CHECK, params)}
-    keep = [i for i, n in enumerate(sent) if n in live]
-    for key in (*TICKET_KEYS, "n", "outcome", "delay_ms"):
-        params[key] = [params[key][i] for i in keep]
+                """    live = {n for (n,) in _rows(con, _SETTLE_CHECK[size], params)}
+    fields = {key: [v for n, v in zip(sent, values) if n in live] for key, values in fields.items()}
+    size = "one" if len(fields["n"]) == 1 else "many"
+    params = {key: values[0] if size == "one" else values for key, values in fields.items()}
+    params["now"] = now_ms
 """
                 + _PG_SETTLE_CALL,
             ),
             (
                 "# redrive: the job row is locked first",
-                '_SETTLE_CHECK = "SELECT given.n FROM jobs, " + _SETTLE[_SETTLE.index("unnest("):'
-                ' _SETTLE.index("RETURNING")].replace(" AND jobs.id = given.id\\n",'
-                ' " AND jobs.id = given.id' + _PG_TICKET_MATCH.replace("\n", " ") + '")\n\n'
+                '_SETTLE_CHECK = {size: "SELECT given.n FROM jobs, " + given'
+                + ' + " AND jobs.id = given.id'
+                + _PG_TICKET_MATCH.replace("\n", " ")
+                + '" for size, given in _SETTLE_FROM.items()}\n\n'
                 "# redrive: the job row is locked first",
             ),
         ),

@@ -649,6 +649,8 @@ def _is_constant(node: ast.AST, constants: set[str]) -> bool:
         joins_literal = node.func.attr == "join" and isinstance(node.func.value, ast.Constant)
         if joins_literal:
             return all(_is_constant(arg, constants) for arg in node.args)
+        if node.func.attr == "items" and not node.args and not node.keywords:
+            return _is_constant(node.func.value, constants)  # a constant dict's pairs
         # CONSTANT.replace("literal", "literal"): a constant text with a literal swapped
         swaps_literals = node.func.attr == "replace" and not node.keywords
         return (
@@ -828,6 +830,10 @@ def lookups(con, job_id, table):
     con.execute(_ALL.replace("jobs", table))                    # 8: a value swapped in
     con.execute(_FIRST if job_id else _ALL)                     # fine: one of two constants
     con.execute(_FIRST if job_id else table)                    # 9: or a value
+    _row(con, _PAIRS[table], (job_id,))                         # fine: one of the constants
+    _row(con, {t: t for t, _ in vars().items()}[table], ())     # 10: items of a value
+
+_PAIRS = {column: f"{sql} WHERE id = ?" for column, sql in {"id": _ALL}.items()}
 """
 
 
@@ -845,4 +851,5 @@ def test_the_sql_check_finds_sql_built_from_values() -> None:
         "line 21",
         "line 23",
         "line 25",
+        "line 27",
     ], problems
