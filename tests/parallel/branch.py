@@ -9,11 +9,15 @@ program to program.
 
 The fault hook and the scripted send are this module's: a hook that raises, pauses
 inside the transaction or kills the process at its point, and a send that answers,
-raises, pauses or kills the courier right after the delivery reached it.
+raises, pauses or kills the courier right after the delivery reached it. What a pause,
+a kill and the clock are is the lane's ``Effects``: in a process of its own (``REAL``)
+a pause sleeps, a kill is SIGKILL and the clock is the system's; under the controlled
+scheduler (``tests.parallel.controlled``) they are steps of the schedule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -21,13 +25,14 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 from tests.parallel.history import clock_ns, outcome_of, plain
 from tests.parallel.program import Call, Fault, Send, SendCrash, TicketRef
 from tests.stores import Store
 
 Emit = Callable[[tuple[Any, ...]], None]
+Watch = contextlib.AbstractContextManager[None]
 Tickets = dict[tuple[str, int], list[dict[str, Any]]]
 """The tickets each call received, by (lane, call index): what a ``TicketRef`` names."""
 
@@ -39,19 +44,77 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def hook(fault: Fault | None) -> Callable[[str], None] | None:
-    """The fault hook a call gets (``None`` for no fault): a pause sleeps inside the
-    transaction, a kill is SIGKILL of this process."""
-    if fault is None:
-        return None
-    return fault.hook(pause=lambda ms: time.sleep(ms / 1000), kill=lambda point: die())
+class Effects(Protocol):
+    """What a lane's clock, pauses and kills are."""
+
+    def clock(self) -> int:
+        """The time of a record (one clock for every lane of a run)."""
+        ...
+
+    def hook(self, fault: Fault | None) -> Callable[[str], None] | None:
+        """The fault hook a call gets (``None`` for no fault)."""
+        ...
+
+    def sending(self) -> None:
+        """Right before a ``run_once``'s send reaches the receiver."""
+        ...
+
+    def pause(self, ms: int) -> None:
+        """A send that pauses ``ms`` before it answers."""
+        ...
+
+    def die(self) -> NoReturn:
+        """The courier dies right after its delivery reached the receiver."""
+        ...
+
+    def watching(self, store: Store, con: Any, verb: str) -> Watch:
+        """Around each call: a wait the contract forbids made to fail (the store's)."""
+        ...
+
+
+class OwnProcess:
+    """A lane in a process of its own: the system's clock, pauses sleep, kills are SIGKILL."""
+
+    def clock(self) -> int:
+        return clock_ns()
+
+    def hook(self, fault: Fault | None) -> Callable[[str], None] | None:
+        """A pause sleeps inside the transaction, a kill is SIGKILL of this process."""
+        if fault is None:
+            return None
+        return fault.hook(pause=lambda ms: time.sleep(ms / 1000), kill=lambda point: die())
+
+    def sending(self) -> None:
+        """Nothing: the operating system interleaves."""
+
+    def pause(self, ms: int) -> None:
+        time.sleep(ms / 1000)
+
+    def die(self) -> NoReturn:
+        die()
+        raise AssertionError("unreachable: SIGKILL")
+
+    def watching(self, store: Store, con: Any, verb: str) -> Watch:
+        return store.watching_waits(con, verb)
+
+
+REAL = OwnProcess()
 
 
 class Lane:
     """The calls of one lane on one connection, with the tickets they may refer to."""
 
-    def __init__(self, lane: str, store: Store, con: Any, tickets: Tickets, emit: Emit) -> None:
+    def __init__(
+        self,
+        lane: str,
+        store: Store,
+        con: Any,
+        tickets: Tickets,
+        emit: Emit,
+        effects: Effects = REAL,
+    ) -> None:
         self.lane = lane
+        self.effects = effects
         self.store = store
         self.module: ModuleType = store.module()
         self.con = con
@@ -64,9 +127,9 @@ class Lane:
             if args is None:
                 self.emit(("skipped", self.lane, index))
                 continue
-            self.emit(("call", self.lane, index, call.verb, args, clock_ns()))
+            self.emit(("call", self.lane, index, call.verb, args, self.effects.clock()))
             outcome = outcome_of(lambda: self.make(index, call.verb, args))  # noqa: B023
-            returned = clock_ns()
+            returned = self.effects.clock()
             self.emit(("return", self.lane, index, returned, outcome))
             if outcome[0] == "returned":
                 self.keep_tickets(index, call.verb, outcome[1])
@@ -106,8 +169,8 @@ class Lane:
             return self.courier_round(index, args)
         kwargs = {name: value for name, value in args.items() if value is not None}
         if "fault" in args:
-            kwargs["fault"] = hook(args["fault"])
-        with self.store.watching_waits(self.con, verb):
+            kwargs["fault"] = self.effects.hook(args["fault"])
+        with self.effects.watching(self.store, self.con, verb):
             return plain(getattr(self.module, verb)(self.con, **kwargs))
 
     def courier_round(self, index: int, args: dict[str, Any]) -> Any:
@@ -123,10 +186,11 @@ class Lane:
 
         def send(delivery: dict[str, Any]) -> object:
             inside = self.store.in_transaction(self.con)
-            self.emit(("send", self.lane, index, clock_ns(), dict(delivery), inside))
+            self.effects.sending()
+            self.emit(("send", self.lane, index, self.effects.clock(), dict(delivery), inside))
             try:
                 if script.behaviour == "die":
-                    die()
+                    self.effects.die()
                 if script.behaviour == "retryable":
                     raise module.Retryable("timeout")
                 if script.behaviour == "permanent":
@@ -136,10 +200,10 @@ class Lane:
                 if script.behaviour == "bad_ack":
                     return 1
                 if script.behaviour == "pause":
-                    time.sleep(script.ms / 1000)
+                    self.effects.pause(script.ms)
                 return True
             finally:
-                self.emit(("sent", self.lane, index, clock_ns()))
+                self.emit(("sent", self.lane, index, self.effects.clock()))
 
         return send
 

@@ -85,6 +85,7 @@ class Record:
     returned: int | None = None
     outcome: Outcome | None = None
     send: SendTrace | None = None
+    waited: bool = False  # under the scheduler: a statement of it waited for a lock
 
     @property
     def label(self) -> str:
@@ -97,12 +98,18 @@ class Record:
 
 @dataclass
 class Run:
-    """One run of a program: every call's record, lane by lane, and the rows after it."""
+    """One run of a program: every call's record, lane by lane, and the rows after it.
+
+    ``schedule``: the branch choices of a run under the controlled scheduler (its times
+    are then the scheduler's logical clock); ``None`` for a run the operating system
+    interleaved (times in nanoseconds of the system's clock).
+    """
 
     program: Program
     records: list[Record]
     rows: Rows
     notes: list[str] = field(default_factory=list)
+    schedule: str | None = None
 
     def interleaving(self) -> tuple[tuple[str, str], ...]:
         """The order of the invocations and returns seen, by call label: what makes two

@@ -54,7 +54,9 @@ def judge(run: Run, store: Store, budget: int = DEFAULT_BUDGET) -> Judgement:
     spec = QueueSpec(run.rows, store.claim_order, ops)
     verdict = check(ops, spec, budget)
     problems = send_outside_transactions(run.records)
-    if store.lock_wait_s:
+    if run.schedule is not None:
+        problems += scheduled_waits(run.records, store)
+    elif store.lock_wait_s:
         problems += locks_wait_their_turn(run.records, store)
     else:
         problems += claims_never_wait(run.records, store)
@@ -84,6 +86,29 @@ def locks_wait_their_turn(records: list[Record], store: Store) -> list[str]:
                 " that read before it wrote)"
             )
     return problems
+
+
+def scheduled_waits(records: list[Record], store: Store) -> list[str]:
+    """The same two promises under the controlled scheduler, where a wait is seen, not
+    timed: every lock refusal is one that did not wait its turn (SQLite's deadlock rule,
+    or every branch waiting for another), and on PostgreSQL a claim whose statement
+    waited for a row lock did wait."""
+    problems = []
+    for record in records:
+        if not_granted(record, store.lock_not_granted):
+            problems.append(
+                f"{record.label} {record.verb}: the write lock was refused at once, without"
+                " waiting its turn (a deadlock: a transaction that read before it wrote)"
+            )
+        elif record.waited and store.lock_wait_s is None and record.verb in CLAIMS:
+            problems.append(
+                f"{record.label} {record.verb}: waited for a row lock another call held"
+                " (a claim must pass over locked rows, FOR UPDATE SKIP LOCKED)"
+            )
+    return problems
+
+
+CLAIMS = ("claim", "claim_many")
 
 
 def claims_never_wait(records: list[Record], store: Store) -> list[str]:

@@ -153,6 +153,67 @@ def describe(program: Program) -> str:
     return "\n".join(lines)
 
 
+def encoded(program: Program) -> dict[str, Any]:
+    """``program`` as plain JSON data (``decoded`` reads it back): each call a list of
+    its verb and its arguments, tickets, faults and sends as tagged lists."""
+
+    def value(item: Any) -> Any:
+        if isinstance(item, TicketRef):
+            return {"ticket": [item.lane, item.call, item.item]}
+        if isinstance(item, Fault):
+            return {"fault": [item.kind, item.point, item.ms]}
+        if isinstance(item, Send):
+            return {"send": [item.behaviour, item.ms]}
+        if isinstance(item, tuple):
+            return {"tuple": [value(part) for part in item]}
+        if isinstance(item, list):
+            return [value(part) for part in item]
+        if isinstance(item, dict):
+            return {"dict": [[key, value(part)] for key, part in item.items()]}
+        return item
+
+    def call(one: Call) -> list[Any]:
+        return [one.verb, [[name, value(argument)] for name, argument in one.args]]
+
+    return {
+        "prefix": [call(one) for one in program.prefix],
+        "branches": [[call(one) for one in calls] for calls in program.branches],
+    }
+
+
+def decoded(data: dict[str, Any]) -> Program:
+    """The program that ``encoded`` wrote (``ValueError`` for anything else)."""
+    tags: dict[str, Callable[[Any], Any]] = {
+        "ticket": lambda parts: TicketRef(*parts),
+        "fault": lambda parts: Fault(*parts),
+        "send": lambda parts: Send(*parts),
+        "tuple": lambda parts: tuple(value(part) for part in parts),
+        "dict": lambda pairs: {key: value(part) for key, part in pairs},
+    }
+
+    def value(item: Any) -> Any:
+        if isinstance(item, list):
+            return [value(part) for part in item]
+        if isinstance(item, dict):
+            if len(item) != 1 or next(iter(item)) not in tags:
+                raise ValueError(f"not a value of a program: {item!r}")
+            tag, parts = next(iter(item.items()))
+            return tags[tag](parts)
+        return item
+
+    def call(one: Any) -> Call:
+        verb, arguments = one
+        return Call(str(verb), tuple((str(name), value(argument)) for name, argument in arguments))
+
+    try:
+        return Program(
+            tuple(call(one) for one in data["prefix"]),
+            tuple(tuple(call(one) for one in calls) for calls in data["branches"]),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"not a program: {error}") from None
+
+
 class InjectedFault(Exception):
     """Raised by a fault hook at the point it was told to fail at (``Fault('raise', ...)``)."""
 

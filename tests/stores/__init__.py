@@ -155,6 +155,34 @@ class Store:
         suite's ``claims never wait``); nothing to watch by default."""
         yield
 
+    # --- under the controlled scheduler (tests/parallel/scheduler.py) -------------------
+
+    def scheduled_connect(self, target: str, gate: Any) -> Any:
+        """A connection to the queue at ``target`` on which every statement first waits
+        for its turn at ``gate`` (``gate.point``), and on which a statement that would
+        wait for a lock is reported to the gate instead of waiting out a timeout."""
+        raise NotImplementedError
+
+    def monitor(self, target: str) -> Any:
+        """What the scheduler asks whether a statement waits for a lock (``None``: none)."""
+        return None
+
+    def server_pid(self, con: Any) -> int | None:
+        """The server process behind ``con`` (``None``: no server, nothing waits there)."""
+        return None
+
+    def blocked(self, monitor: Any, pid: int, pids: list[int]) -> bool:
+        """Whether the statement of server process ``pid`` waits for a lock one of ``pids``
+        holds."""
+        return False
+
+    def abandon(self, con: Any) -> None:
+        """Drop ``con`` as a killed process would: what it had not committed is lost."""
+        con.close()
+
+    def await_gone(self, monitor: Any, pid: int) -> None:
+        """Return once the server has let go of what process ``pid`` held."""
+
     # --- what the benchmarks read -----------------------------------------------------
 
     unsynced: ClassVar[str]  # the statement that turns the durable commit off

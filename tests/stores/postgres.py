@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -121,12 +122,93 @@ class PostgresStore(Store):
         names = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
         return ", ".join(f"{name}={con.execute(f'SHOW {name}').fetchone()[0]}" for name in names)
 
+    def scheduled_connect(self, target: str, gate: Any) -> psycopg.Connection[Any]:
+        """open_queue's connection (autocommit, READ COMMITTED) whose statements and
+        transactions take turns at ``gate`` (``_ScheduledConnection``)."""
+        con = _ScheduledConnection.connect(target, autocommit=True)
+        con.execute("SET default_transaction_isolation = 'read committed'")
+        con.gate = gate
+        con.cursor_factory = _ScheduledCursor
+        return con
+
+    def monitor(self, target: str) -> psycopg.Connection[Any]:
+        return psycopg.connect(target, autocommit=True)
+
+    def server_pid(self, con: Any) -> int | None:
+        return int(con.info.backend_pid)
+
+    def blocked(self, monitor: Any, pid: int, pids: list[int]) -> bool:
+        """PostgreSQL's isolation tester's question: does ``pid`` wait for a lock that
+        one of ``pids`` holds (or for a safe snapshot)?"""
+        row = monitor.execute(_IS_BLOCKED, (pid, pids)).fetchone()
+        return bool(row[0])
+
+    def abandon(self, con: Any) -> None:
+        """Close the connection: the server rolls back what it had open, as when a
+        courier's process dies (its socket closes)."""
+        con.close()
+
+    def await_gone(self, monitor: Any, pid: int) -> None:
+        for _ in range(2_000):  # bounded: 2,000 polls of 1 ms at most
+            if monitor.execute(_ALIVE, (pid,)).fetchone()[0] == 0:
+                return
+            time.sleep(0.001)
+        raise RuntimeError(f"server process {pid} still holds its session after 2 s")
+
     def _admin(self) -> psycopg.Connection[Any]:
         """This process's own connection to the database, for schemas (kept open)."""
         con = _ADMIN.get(self.conninfo)
         if con is None or con.closed:
             con = _ADMIN[self.conninfo] = psycopg.connect(self.conninfo, autocommit=True)
         return con
+
+
+_IS_BLOCKED = "SELECT pg_isolation_test_session_is_blocked(%s, %s::integer[])"
+_ALIVE = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+
+
+class _ScheduledConnection(psycopg.Connection[Any]):
+    """A connection whose transactions take turns at a gate: ``BEGIN``, ``COMMIT`` and
+    ``ROLLBACK`` are step boundaries, as every statement is (``_ScheduledCursor``)."""
+
+    gate: Any = None
+
+    @contextlib.contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        if self.gate is None:
+            with super().transaction(savepoint_name, force_rollback) as tx:
+                yield tx
+            return
+        self.gate.point("BEGIN")
+        tx = psycopg.Transaction(self, savepoint_name, force_rollback)
+        tx.__enter__()
+        try:
+            yield tx
+        except BaseException as error:
+            if not self.gate.dead:
+                self.gate.point("ROLLBACK")
+            if not tx.__exit__(type(error), error, error.__traceback__):
+                raise
+        else:
+            self.gate.point("COMMIT")
+            tx.__exit__(None, None, None)
+
+
+class _ScheduledCursor(psycopg.Cursor[Any]):
+    """Each statement first waits for its turn; one that waited for a lock in the server
+    waits for a turn again when it comes back (``Gate.after_statement``)."""
+
+    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+        gate = getattr(self.connection, "gate", None)
+        if gate is None:
+            return super().execute(query, params, **options)
+        gate.point(query if isinstance(query, str) else "a composed statement")
+        try:
+            return super().execute(query, params, **options)
+        finally:
+            gate.after_statement()
 
 
 def in_schema(conninfo: str, schema: str) -> str:

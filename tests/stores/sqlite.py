@@ -87,6 +87,96 @@ class SQLiteStore(Store):
         journal, sync = pragmas(con)
         return f"journal_mode={journal.lower()}, synchronous={sync}"
 
+    def scheduled_connect(self, target: str, gate: Any) -> sqlite3.Connection:
+        """open_queue's settings, but a busy timeout of 0: a statement refused the lock
+        comes back at once, and the gate decides what SQLite's busy handler would have
+        done (``_ScheduledConnection``)."""
+        con = sqlite3.connect(
+            target,
+            timeout=0,
+            isolation_level=None,
+            check_same_thread=False,  # made here, used by the branch's thread
+            factory=_ScheduledConnection,
+        )
+        sqlite3.Connection.execute(con, "PRAGMA journal_mode=DELETE").fetchall()
+        sqlite3.Connection.execute(con, "PRAGMA synchronous=FULL")
+        assert isinstance(con, _ScheduledConnection)
+        con.gate = gate
+        return con
+
+
+class _ScheduledConnection(sqlite3.Connection):
+    """A connection whose statements take turns at a gate (see ``scheduled_connect``).
+
+    SQLite invokes its busy handler (waits) only for a connection that holds no lock yet,
+    or one that commits; a transaction that has read asks for the write lock once, and a
+    refusal comes back at once whatever the timeout (SQLite's deadlock rule). So a busy
+    statement waits for a later turn unless this connection is in a deferred transaction
+    that has already run a statement: then the refusal goes to the caller, as for real.
+    """
+
+    gate: Any = None
+    deferred = False  # in a transaction begun by a plain BEGIN
+    since_begin = 0  # statements run in it since
+
+    def cursor(self, factory: Any = None) -> Any:
+        return super().cursor(factory or _ScheduledCursor)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def rollback(self) -> None:
+        if self.gate is not None:
+            self.gate.point("ROLLBACK")
+        super().rollback()
+
+    def commit(self) -> None:
+        if self.gate is not None:
+            self.gate.point("COMMIT")
+        super().commit()
+
+    def refused_at_once(self, sql: str) -> bool:
+        """Whether SQLite refuses ``sql`` the lock at once, whatever the busy timeout."""
+        return (
+            self.in_transaction
+            and self.deferred
+            and self.since_begin > 0
+            and not _keyword(sql).startswith("COMMIT")
+        )
+
+    def ran(self, sql: str) -> None:
+        keyword = _keyword(sql)
+        if keyword.startswith("BEGIN"):
+            self.deferred = keyword in ("BEGIN", "BEGIN DEFERRED", "BEGIN TRANSACTION")
+            self.since_begin = 0
+        else:
+            self.since_begin += 1
+
+
+class _ScheduledCursor(sqlite3.Cursor):
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        con = self.connection
+        assert isinstance(con, _ScheduledConnection)
+        if con.gate is None:
+            return super().execute(sql, parameters)
+        con.gate.point(sql)
+        while True:
+            try:
+                result = super().execute(sql, parameters)
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or con.refused_at_once(sql):
+                    raise
+                con.gate.busy(sql, effect=_keyword(sql).startswith("COMMIT"))
+                if con.gate.refused():
+                    raise
+                continue
+            con.ran(sql)
+            return result
+
+
+def _keyword(sql: str) -> str:
+    return " ".join(sql.split()[:2]).upper()
+
 
 def pragmas(con: sqlite3.Connection) -> tuple[str, str]:
     """``(journal_mode, synchronous)`` as ``con`` really uses them, read back from SQLite."""
