@@ -184,8 +184,8 @@ def report_and_record(
 ) -> None:
     """What ``pytest_runtest_makereport`` does with each report: a state machine's
     failure is printed divergence first; any failure is written to its file (named in
-    the report's ``user_properties``, for the terminal summary and a JUnit XML); a test
-    that passed forgets its old failure."""
+    the report's ``user_properties``, for the terminal summary, and in the test's, for a
+    JUnit XML); a test that passed forgets its old failure."""
     if report.when == "call" and report.passed:
         forget_failure(report.nodeid)
         return
@@ -211,7 +211,9 @@ def report_and_record(
     except OSError as error:  # the report itself must still reach the terminal
         report.sections.append(("failure file", f"not written: {error}"))
         return
-    report.user_properties.append((FILE_PROPERTY, _shown(str(path))))
+    saved = (FILE_PROPERTY, _shown(str(path)))
+    report.user_properties.append(saved)
+    item.user_properties.append(saved)  # the teardown report's, which a JUnit XML reads
 
 
 def saved_files(reports: Sequence[pytest.TestReport]) -> list[str]:

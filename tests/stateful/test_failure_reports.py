@@ -1,6 +1,7 @@
 """``tests/failures.py`` and the report hooks of ``tests/conftest.py``: a state machine's
-failure reads from its divergence down, every failure leaves a file with its replay line,
-and the model coverage reaches the terminal under ``-n 2``.
+failure reads from its divergence down, every failure leaves a file with its replay line
+(named in the summary and a JUnit XML), and the model coverage reaches the terminal under
+``-n 2``.
 
 The end-to-end check runs pytest in a child on a small failing machine of its own (a
 few milliseconds of hypothesis), with this suite's conftest as a plugin.
@@ -174,6 +175,7 @@ def test_under_two_workers_reports_lead_with_the_divergence_and_leave_files(
             "2",
             "--rootdir",
             str(tmp_path),
+            f"--junitxml={tmp_path / 'junit.xml'}",
             str(tmp_path / "test_tiny.py"),
         ],
         cwd=ROOT,
@@ -210,6 +212,8 @@ def test_under_two_workers_reports_lead_with_the_divergence_and_leave_files(
     assert "AssertionError: add returned 2 on worker.py, 1 on the model" in kept
     assert "state.add()" in kept
     assert (folder / "test_tiny.py--test_plain_failure.txt").exists()
+    junit = (tmp_path / "junit.xml").read_text("utf-8")
+    assert f'<property name="failure file" value="{machine_file}" />' in junit
     assert not stale.exists()
     saved = lines.index(next(line for line in lines if "failures saved" in line))
     assert sorted(lines[saved + 1 : saved + 3]) == sorted(
