@@ -37,7 +37,7 @@ MINUTES ?= 5
 MODE ?= lockstep
 FUZZ_MODULE_lockstep := tests.stateful.fuzz
 FUZZ_MODULE_parallel := tests.parallel.fuzz
-FUZZ_MODULE_parallel-postgres := tests.parallel.fuzz --backend postgres
+FUZZ_MODULE_parallel-postgres := tests.parallel.fuzz --store postgres
 fuzz: $(STAMP)
 	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel or parallel-postgres"; exit 2; }
 	$(PY) -m $(FUZZ_MODULE_$(MODE)) --minutes $(MINUTES)

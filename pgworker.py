@@ -8,13 +8,17 @@ order, rollback and commit rules and quarantine rules; only the connection is a
 ``retry_delay`` are ``worker``'s own (``pgworker.Conflict is worker.Conflict``).
 ``docs/postgres.md`` says when to choose it. The rules this module keeps:
 
-1. Every argument is validated before anything changes, in ``worker.py``'s
-   order and with its messages. The identifier rule (``worker.is_identifier``)
-   and the classification of a send's answer (``worker.classify_send``) are
-   ``worker``'s own; the small helpers that raise the messages are a copy of
-   ``worker.py``'s (its private names stay private there), and the contract
-   suite in ``tests/contract`` runs every example on both modules and the
-   model, so the copies cannot drift apart unnoticed.
+1. ``worker.py``'s front end is this module's too, imported, not copied: every
+   argument is checked before anything changes by ``worker.py``'s own helpers,
+   in its order and with its messages; the hooks of a write transaction are
+   its ``_Hooks``; ``run_once`` is its round with this module's ``claim`` and
+   ``finish``; each call's docstring is its text of the contract, with what
+   PostgreSQL adds. This module keeps only its connection, its transactions and
+   its SQL. The one decision restated here is the settlement of a finish
+   (``worker._settlement``): it stays inside finish's one compare-and-set
+   statement (``_VERDICT``), since deciding in Python would cost a round trip
+   (read the row, decide, write). ``tests/contract`` runs every example on both
+   modules and the model.
 2. Every write is one transaction; any error before COMMIT rolls the whole of
    it back and propagates, an error after COMMIT keeps the committed state. No
    call leaves a transaction open. A write that is one statement (``claim``,
@@ -83,37 +87,46 @@ without libpq runs every test.
 from __future__ import annotations
 
 import contextlib
-import math
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
+import worker
+
+# worker.py's front end, shared (rule 1): the checks of every kind of argument, the hooks
+# of a write transaction and run_once's round. worker.py's private names are private to
+# the distribution: pgworker.py is its sibling module, not a user of it.
 from worker import (
-    EVENT_KEYS,
     MAX_ATTEMPTS,
     MAX_BATCH,
     MAX_DURATION_MS,
-    MAX_LEASE_UNTIL,
-    MAX_NOW_MS,
-    MAX_QTY,
-    MAX_TOKEN,
-    OUTCOMES,
-    RESULT_KEYS,
     TICKET_KEYS,
     BadAck,
     Conflict,
     Permanent,
     Retryable,
-    classify_send,
-    is_identifier,
+    _event,
+    _exact_int,
+    _exact_list,
+    _Hooks,
+    _identifier,
+    _now_ms,
+    _optional_hook,
+    _outcome,
+    _reject,
+    _result,
+    _round,
+    _ticket,
+    _validate_run,
     retry_delay,
 )
 
-# worker.py's public calls and names, deliberately the same list (run_database for run_file).
+# worker.py's public calls and exceptions (run_database for run_file).
 __all__ = [
     "BadAck",
     "Conflict",
@@ -136,6 +149,25 @@ Connection = psycopg.Connection[Any]
 Fault = Callable[[str], object]
 Clock = Callable[[], int]
 Send = Callable[[dict[str, Any]], object]
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def _contract(call: Callable[..., Any], on_postgres: str = "") -> Callable[[_Call], _Call]:
+    """Document a call with the docstring of ``worker``'s call of the same name, the one
+    text of the contract, and ``on_postgres``, what it adds on PostgreSQL (a paragraph
+    before ``Raises:``)."""
+
+    def document(function: _Call) -> _Call:
+        text = call.__doc__ or ""
+        if on_postgres:
+            head, raises, tail = text.partition("\n\n    Raises:")
+            paragraph = textwrap.fill(f"On PostgreSQL: {on_postgres}", 80, subsequent_indent="    ")
+            text = f"{head}\n\n    {paragraph}{raises}{tail}"
+        function.__doc__ = text
+        return function
+
+    return document
+
 
 # --- SQL: every statement is named once --------------------------------------
 
@@ -323,109 +355,7 @@ _REQUEUE = """UPDATE jobs
   WHERE seq = %s"""
 
 
-# --- Validation: worker.py's helpers and messages (see rule 1) -----------------
-# A deliberate copy of worker.py's private validation helpers: worker.py keeps its
-# private names private (tests/unit/test_private_names.py), and tests/contract checks
-# that both modules reject every malformed argument in the same words.
-
-
-def _reject(name: str, expected: str, value: object) -> ValueError:
-    return ValueError(
-        f"'{name}' must be {expected} (got {value!r} that is a {type(value).__name__!r})"
-    )
-
-
-def _exact_int(name: str, value: object, lo: int, hi: int) -> int:
-    """Return ``value`` if it is an exact ``int`` in ``lo .. hi`` inclusive."""
-    if type(value) is not int or not lo <= value <= hi:
-        raise _reject(name, f"an int in {lo}..{hi}", value)
-    return value
-
-
-def _now_ms(name: str, value: object) -> int:
-    """Return ``value`` if it is a valid time on the shared millisecond base."""
-    return _exact_int(name, value, 0, MAX_NOW_MS)
-
-
-def _identifier(name: str, value: object) -> str:
-    """Return ``value`` if it is a str of 1-64 ASCII letters, digits, '_' or '-'."""
-    if not is_identifier(value):
-        raise _reject(name, "a str of 1-64 ASCII letters, digits, '_' or '-'", value)
-    return cast(str, value)
-
-
-def _exact_dict(name: str, value: object, keys: frozenset[str]) -> dict[Any, Any]:
-    """Return ``value`` if it is an exact ``dict`` with exactly ``keys``."""
-    if type(value) is not dict or value.keys() != keys:
-        raise _reject(name, f"a dict with exactly the keys {sorted(keys)}", value)
-    return value
-
-
-def _exact_list(name: str, value: object) -> list[Any]:
-    """Return ``value`` if it is an exact ``list`` of 0 to ``MAX_BATCH`` items."""
-    if type(value) is not list or len(value) > MAX_BATCH:
-        raise _reject(name, f"a list of 0..{MAX_BATCH} items", value)
-    return value
-
-
-def _event(name: str, value: object) -> tuple[str, int]:
-    """Return ``(id, qty)`` of ``value`` if it is an event as ``enqueue`` takes it."""
-    event = _exact_dict(name, value, EVENT_KEYS)
-    return _identifier(f"{name}['id']", event["id"]), _exact_int(
-        f"{name}['qty']", event["qty"], 1, MAX_QTY
-    )
-
-
-def _ticket(name: str, value: object) -> dict[str, Any]:
-    """Return ``value`` if it is a well-formed ticket as ``claim`` returns it."""
-    ticket = _exact_dict(name, value, frozenset(TICKET_KEYS))
-    _identifier(f"{name}['id']", ticket["id"])
-    _identifier(f"{name}['owner']", ticket["owner"])
-    _exact_int(f"{name}['qty']", ticket["qty"], 1, MAX_QTY)
-    _exact_int(f"{name}['token']", ticket["token"], 1, MAX_TOKEN)
-    _exact_int(f"{name}['attempt']", ticket["attempt"], 1, MAX_ATTEMPTS)
-    _exact_int(f"{name}['lease_until']", ticket["lease_until"], 1, MAX_LEASE_UNTIL)
-    return ticket
-
-
-def _outcome(name: str, value: object) -> str:
-    """Return ``value`` if it is one of ``OUTCOMES``."""
-    if type(value) is not str or value not in OUTCOMES:
-        raise _reject(name, f"one of {OUTCOMES}", value)
-    return value
-
-
-def _result(name: str, value: object) -> tuple[dict[str, Any], str, int]:
-    """Return ``(ticket, outcome, delay_ms)`` of an item of ``finish_many``."""
-    result = _exact_dict(name, value, RESULT_KEYS)
-    return (
-        _ticket(f"{name}['ticket']", result["ticket"]),
-        _outcome(f"{name}['outcome']", result["outcome"]),
-        _exact_int(f"{name}['delay_ms']", result["delay_ms"], 0, MAX_DURATION_MS),
-    )
-
-
-def _jitter(value: object) -> float:
-    """Return ``value`` if it is an exact int or float, finite, in 0..1."""
-    # An int is compared as an int: math.isfinite() of a huge int would overflow.
-    if type(value) is int and 0 <= value <= 1:
-        return value
-    if type(value) is float and math.isfinite(value) and 0 <= value <= 1:
-        return value
-    raise _reject("jitter", "a finite int or float in 0..1", value)
-
-
-def _optional_hook(value: object) -> Fault | None:
-    """Return ``value`` if it is ``None`` or callable (the fault hook)."""
-    if value is not None and not callable(value):
-        raise _reject("fault", "None or a callable", value)
-    return value
-
-
-def _callable(name: str, value: object) -> Callable[..., object]:
-    if not callable(value):
-        raise _reject(name, "a callable", value)
-    return value
+# --- The connection ---------------------------------------------------------
 
 
 def _idle_connection(con: object) -> Connection:
@@ -451,29 +381,6 @@ def _conninfo(value: object) -> str:
 
 
 # --- Transactions and hooks -------------------------------------------------
-# A deliberate copy of worker.py's _Hooks and of its _write_transaction's rules (rule 2
-# and rule 5: the same hook points, in the same order); worker.py's stay private there.
-
-
-class _Hooks:
-    """The fault hooks of one write transaction.
-
-    ``reached(point)`` calls the hook for a change this path made and arms
-    ``after-commit``; a path that never reaches a change point calls no hook.
-    """
-
-    def __init__(self, fault: Fault | None) -> None:
-        self._fault = fault
-        self.armed = False
-
-    def reached(self, point: str) -> None:
-        self.armed = True
-        if self._fault is not None:
-            self._fault(point)
-
-    def committed(self) -> None:
-        if self.armed and self._fault is not None:
-            self._fault("after-commit")
 
 
 @contextlib.contextmanager
@@ -572,10 +479,9 @@ def open_queue(conninfo: str) -> Connection:
 
 
 # --- 3. enqueue ----------------------------------------------------------------
-# enqueue and enqueue_many: worker.py's signatures, argument checks and contract text,
-# deliberately restated (rule 1; tests/contract runs both); the statements are its own.
 
 
+@_contract(worker.enqueue)
 def enqueue(
     con: Connection,
     event: dict[str, Any],
@@ -583,16 +489,6 @@ def enqueue(
     ttl_ms: int,
     max_attempts: int = 3,
 ) -> bool:
-    """Add the job ``event`` (exactly ``{"id", "qty"}``) as pending.
-
-    Returns ``True`` for a new job (attempts 0, token 0, available now, due by
-    ``now_ms + ttl_ms``) and ``False`` for an intake retry of the same id and
-    qty, which keeps the whole existing row (its ttl and budget included).
-
-    Raises:
-        Conflict: the id exists with another qty.
-        ValueError: a malformed argument; nothing was changed.
-    """
     con = _idle_connection(con)
     job_id, qty = _event("event", event)
     now_ms = _now_ms("now_ms", now_ms)
@@ -604,6 +500,7 @@ def enqueue(
     return result
 
 
+@_contract(worker.enqueue_many)
 def enqueue_many(
     con: Connection,
     events: list[dict[str, Any]],
@@ -611,16 +508,6 @@ def enqueue_many(
     ttl_ms: int,
     max_attempts: int = 3,
 ) -> list[bool | Conflict]:
-    """``enqueue`` each event of the list, in order, in one transaction.
-
-    Returns one result per event: ``True`` (new job), ``False`` (intake retry,
-    also of an id earlier in the same batch) or the ``Conflict`` that
-    ``enqueue`` would raise, returned, not raised: that event writes nothing
-    and the others still apply. See ``docs/batches.md``.
-
-    Raises:
-        ValueError: a malformed argument or event; nothing was changed.
-    """
     con = _idle_connection(con)
     jobs = [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))]
     now_ms = _now_ms("now_ms", now_ms)
@@ -666,11 +553,17 @@ def _intake(
 
 
 # --- 4. claim ------------------------------------------------------------------
-# claim and claim_many: worker.py's signatures, argument checks and contract text,
-# deliberately restated (rule 1; tests/contract runs both); the statements are its own.
-# Their argument checks are alike on purpose: each call checks its own, in its order.
+
+_SKIPS_LOCKED_ROWS = (
+    "rows another transaction holds are passed over, never waited for"
+    " (``FOR UPDATE SKIP LOCKED``): a claim never queues behind another."
+)
 
 
+@_contract(
+    worker.claim,
+    _SKIPS_LOCKED_ROWS,
+)
 def claim(
     con: Connection,
     owner: str,
@@ -678,23 +571,6 @@ def claim(
     lease_ms: int = 1000,
     fault: Fault | None = None,
 ) -> dict[str, Any] | None:
-    """Lease the oldest claimable job to ``owner`` and return its ticket.
-
-    In one transaction: first quarantine (``dead``) every pending or
-    expired-leased job whose deadline has passed (reason ``deadline``) or
-    whose budget is spent (``exhausted``); then take the lowest-seq job that is
-    pending and due, or leased with ``lease_until <= now_ms``. Its attempts and
-    fencing token go up by one and it is leased until
-    ``min(now_ms + lease_ms, deadline)``. Rows another transaction holds are
-    passed over, never waited for (``FOR UPDATE SKIP LOCKED``).
-
-    Returns the ticket ``{id, qty, owner, token, attempt, lease_until}``, or
-    ``None`` when nothing is claimable (the quarantine is still committed, and
-    no hook is called). Hooks: ``after-claim``, then ``after-commit``.
-
-    Raises:
-        ValueError: a malformed argument; nothing was changed.
-    """
     con = _idle_connection(con)
     owner = _identifier("owner", owner)
     now_ms = _now_ms("now_ms", now_ms)
@@ -704,6 +580,10 @@ def claim(
     return tickets[0] if tickets else None
 
 
+@_contract(
+    worker.claim_many,
+    _SKIPS_LOCKED_ROWS,
+)
 def claim_many(
     con: Connection,
     owner: str,
@@ -712,18 +592,6 @@ def claim_many(
     lease_ms: int = 1000,
     fault: Fault | None = None,
 ) -> list[dict[str, Any]]:
-    """Lease up to ``limit`` (1-1000) jobs to ``owner`` in one transaction.
-
-    The same as ``claim`` called ``limit`` times at ``now_ms``, stopping at the
-    first ``None``: the quarantine runs once, then the lowest-seq claimable
-    jobs are leased. Returns the tickets in claim order; an empty list when
-    nothing was claimable (the quarantine is still committed, no hook is
-    called). Hooks: ``after-claim`` once after the last lease, then
-    ``after-commit``. See ``docs/batches.md``.
-
-    Raises:
-        ValueError: a malformed argument; nothing was changed.
-    """
     con = _idle_connection(con)
     owner = _identifier("owner", owner)
     now_ms = _now_ms("now_ms", now_ms)
@@ -756,10 +624,13 @@ def _lease(
 
 
 # --- 5. finish -----------------------------------------------------------------
-# finish and finish_many: worker.py's signatures, argument checks and contract text,
-# deliberately restated (rule 1; tests/contract runs both); the statements are its own.
 
 
+@_contract(
+    worker.finish,
+    "one compare-and-set ``UPDATE``; a concurrent change of the row is waited"
+    " for and the ticket judged on the row as it then is.",
+)
 def finish(
     con: Connection,
     ticket: dict[str, Any],
@@ -768,24 +639,6 @@ def finish(
     delay_ms: int = 0,
     fault: Fault | None = None,
 ) -> str | bool:
-    """Record the ``outcome`` (``ok``, ``retry`` or ``permanent``) of a ticket.
-
-    The ticket must still be live: the job is ``leased`` and its qty, owner,
-    token, attempts and lease_until equal the ticket's, and
-    ``now_ms < lease_until`` and ``now_ms < deadline``. Otherwise nothing
-    changes and the result is ``False`` (no hook is called).
-
-    ``ok`` -> ``done``; ``permanent`` -> ``dead``/permanent; ``retry`` ->
-    ``dead``/exhausted if the budget is spent, else ``dead``/deadline if
-    ``now_ms + delay_ms >= deadline``, else ``pending``/retry, available at
-    ``now_ms + delay_ms`` (``now_ms`` for every other status). Returns the new
-    status. One compare-and-set ``UPDATE``; a concurrent change of the row is
-    waited for and the ticket judged on the row as it then is. Hooks:
-    ``after-finish``, then ``after-commit``.
-
-    Raises:
-        ValueError: a malformed argument; nothing was changed.
-    """
     con = _idle_connection(con)
     ticket = _ticket("ticket", ticket)
     outcome = _outcome("outcome", outcome)
@@ -796,23 +649,16 @@ def finish(
     return status
 
 
+@_contract(
+    worker.finish_many,
+    "one compare-and-set ``UPDATE`` for the whole batch, as ``finish``.",
+)
 def finish_many(
     con: Connection,
     results: list[dict[str, Any]],
     now_ms: int,
     fault: Fault | None = None,
 ) -> list[str | bool]:
-    """``finish`` each ``{"ticket", "outcome", "delay_ms"}`` of the list, in order,
-    at ``now_ms``, in one transaction.
-
-    Returns one result per item: the new status, or ``False`` for a ticket that
-    is not live (also one finished earlier in the same batch). Hooks:
-    ``after-finish`` once after the last update, then ``after-commit``, only if
-    some item changed a job. See ``docs/batches.md``.
-
-    Raises:
-        ValueError: a malformed argument or item; nothing was changed.
-    """
     con = _idle_connection(con)
     settlements = [
         _result(f"results[{i}]", result) for i, result in enumerate(_exact_list("results", results))
@@ -855,10 +701,13 @@ def _settle(
 
 
 # --- 6. redrive ----------------------------------------------------------------
-# redrive: worker.py's signature, argument checks and contract text, deliberately
-# restated (rule 1; tests/contract runs both); the statements are its own.
 
 
+@_contract(
+    worker.redrive,
+    "the job's row is locked first (``FOR UPDATE``), so nothing changes it"
+    " between the check and the requeue.",
+)
 def redrive(
     con: Connection,
     job_id: str,
@@ -867,19 +716,6 @@ def redrive(
     note: str,
     fault: Fault | None = None,
 ) -> bool:
-    """Re-queue the dead job ``job_id`` with a fresh budget; return ``True``.
-
-    In one transaction: lock the job's row, write the audit row (id, current
-    token, ``now_ms``, ``note``) to ``redrives``, then make the job pending
-    with attempts 0, available now and due by ``now_ms + ttl_ms``. qty,
-    max_attempts and the fencing token are kept, so no old ticket can ever
-    become live again. Hooks: ``after-audit``, ``after-redrive``, then
-    ``after-commit``.
-
-    Raises:
-        ValueError: a malformed argument, or no such job, or the job is not
-            dead; nothing was changed and no audit row was written.
-    """
     con = _idle_connection(con)
     job_id = _identifier("job_id", job_id)
     now_ms = _now_ms("now_ms", now_ms)
@@ -901,21 +737,9 @@ def redrive(
 
 
 # --- 7. run_once ---------------------------------------------------------------
-# run_once: worker.py's round (claim, classify_send outside any transaction, finish),
-# its argument checks and docstring, deliberately the same (tests/contract runs both).
 
 
-def _validate_run(
-    owner: object, clock: object, send: object, jitter: object, lease_ms: object
-) -> None:
-    """Validate ``run_once``'s own arguments, ``jitter`` first, before any clock read."""
-    _jitter(jitter)
-    _identifier("owner", owner)
-    _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
-    _callable("clock", clock)
-    _callable("send", send)
-
-
+@_contract(worker.run_once)
 def run_once(
     con: Connection,
     owner: str,
@@ -924,36 +748,12 @@ def run_once(
     jitter: float,
     lease_ms: int = 1000,
 ) -> dict[str, Any] | None:
-    """Claim one job, deliver it with ``send`` outside any transaction, finish it.
-
-    Returns ``None`` if nothing was claimable (``send`` is not called), else
-    ``{"id", "token", "status"}`` where status is ``finish``'s result, or
-    ``"stale"`` if the ticket was no longer live at the second clock reading.
-
-    Raises:
-        ValueError: a malformed argument (``jitter`` is checked before the
-            clock is read); or the second ``clock()`` value is invalid or
-            earlier than the first (the claim stays committed).
-        BadAck: ``send`` returned something other than ``True``; the job stays
-            leased until its lease expires.
-        Any other exception from ``send`` propagates as is; the job stays leased.
-    """
     _validate_run(owner, clock, send, jitter, lease_ms)
-    claimed_at = clock()
-    ticket = claim(con, owner, claimed_at, lease_ms)
-    if ticket is None:
-        return None
-    outcome, delay_ms = classify_send(send, ticket, jitter)
-    finished_at = _now_ms("second clock()", clock())
-    if finished_at < claimed_at:
-        raise ValueError(f"clock went backwards: {finished_at} after {claimed_at}")
-    status = finish(con, ticket, outcome, finished_at, delay_ms)
-    return {"id": ticket["id"], "token": ticket["token"], "status": status or "stale"}
+    return _round(claim, finish, con, owner, clock, send, jitter, lease_ms)
 
 
 # --- 8. run_database -------------------------------------------------------------
-# run_database: worker.run_file's signature and round with a conninfo for the path,
-# deliberately the same (tests/contract runs both).
+# run_database: worker.run_file's signature and round, with a conninfo for the path.
 
 
 def _existing_queue(con: Connection) -> None:

@@ -240,9 +240,9 @@ _REQUEUE = """UPDATE jobs
 
 
 # --- Validation: one helper per kind of argument ------------------------------
-# pgworker.py keeps a deliberate copy of these helpers: worker.py stays one stdlib-only
-# module whose private names stay private, and tests/contract checks that both reject
-# every malformed argument in the same words.
+# pgworker.py checks its arguments with these very helpers (and runs _Hooks and _round):
+# the front end of both queues is this module's, and pgworker.py keeps only its
+# connection, its transactions and its SQL.
 
 
 def _reject(name: str, expected: str, value: object) -> ValueError:
@@ -387,8 +387,7 @@ def _queue_path(path: object) -> str:
 # --- Transactions and hooks -------------------------------------------------
 
 
-# pgworker.py and model/queue.py keep deliberate copies of _Hooks: pgworker.py because
-# worker.py's private names stay private, the model because it imports nothing it checks.
+# model/queue.py keeps a deliberate copy of _Hooks: the model imports nothing it checks.
 class _Hooks:
     """The fault hooks of one write transaction.
 
@@ -942,6 +941,21 @@ def run_once(
         Any other exception from ``send`` propagates as is; the job stays leased.
     """
     _validate_run(owner, clock, send, jitter, lease_ms)
+    return _round(claim, finish, con, owner, clock, send, jitter, lease_ms)
+
+
+def _round(
+    claim: Callable[..., dict[str, Any] | None],
+    finish: Callable[..., str | bool],
+    con: Any,
+    owner: str,
+    clock: Clock,
+    send: Send,
+    jitter: float,
+    lease_ms: int,
+) -> dict[str, Any] | None:
+    """``run_once``'s round once its arguments are checked, with the ``claim`` and
+    ``finish`` of the queue it runs on (this module's, or pgworker.py's)."""
     claimed_at = clock()
     ticket = claim(con, owner, claimed_at, lease_ms)
     if ticket is None:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench.backends import Sqlite
 from bench.measure import fleet as start_fleet
 from bench.measure import fleet_totals
 from bench.rows import fill
 from courier.receiver import Inbox, Receiver
 from courier.runner import HttpSend, Limits, clock_ms, run_courier
+from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve"]
 
@@ -32,7 +32,7 @@ BUILDS_ON = {"run_file": "run_once", "HTTP": "run_once", "receiver": "HTTP", "ru
 
 
 @contextlib.contextmanager
-def _queue_file(files: Sqlite, label: str, seconds: float) -> Iterator[Path]:
+def _queue_file(files: SQLiteStore, label: str, seconds: float) -> Iterator[Path]:
     """A fresh queue file with more due jobs than ``seconds`` can deliver; removed afterwards."""
     where = files.fresh(label)
     con = worker.open_queue(where)
@@ -176,7 +176,7 @@ def breakdown(folder: Path, seconds: float, rounds: int = 3) -> dict[str, dict[s
     """Each layer of one courier's round (``LAYERS``), ``seconds`` each in each of
     ``rounds`` rounds (every layer once a round, in turn, so that a burst of load from
     elsewhere hits them alike): the median round of each, and every round's rate."""
-    files = Sqlite(folder)
+    files = SQLiteStore(str(folder))
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in LAYERS}
     for number in range(rounds):
         for name in LAYERS:
@@ -208,7 +208,7 @@ def fleet(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
     """``processes`` couriers against one receiver for ``seconds``: the totals and shares,
     and the effects the receiver's inbox holds."""
     inbox = folder / f"inbox-fleet-{processes}.sqlite"
-    queue_file = _queue_file(Sqlite(folder), f"fleet-{processes}", seconds)
+    queue_file = _queue_file(SQLiteStore(str(folder)), f"fleet-{processes}", seconds)
     with queue_file as path, _serving("receiver", inbox) as url:
         _, reports, _ = start_fleet(
             courier,

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench.backends import Sqlite
-from bench.measure import T0_MS, Timed, paired, pragmas, run_counted
+from bench.measure import T0_MS, Timed, paired, run_counted
 from bench.ops import CYCLE_T0_MS, LEASE_MS, OWNER, TTL_MS, Calls, event, expect, phases
 from bench.rows import fill
+from tests.stores.sqlite import SQLiteStore, pragmas
 
 __all__ = ["CALLS", "Paired", "bare_connection", "bare_transaction", "bare_transactions"]
 __all__ += ["ceilings", "raw_fsync", "rows_of"]
@@ -180,7 +180,7 @@ def ceilings(
     ``without_sync`` runs both files with ``synchronous=OFF`` (not durable, never the
     queue's figure): what the code costs apart from the syncs.
     """
-    files = Sqlite(folder)
+    files = SQLiteStore(str(folder))
 
     def timer(phase: str, steps: Sequence[Callable[[int], object]], n: int) -> Paired:
         done, ceiling_s, call_s = paired(steps, n, max_seconds)

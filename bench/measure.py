@@ -13,7 +13,6 @@ import platform
 import queue
 import shlex
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["T0_MS", "Timed", "add_record_options", "fleet", "fleet_totals", "load_average"]
-__all__ += ["log", "median_of_rounds", "paired", "percentile", "pragmas", "record_or_render"]
+__all__ += ["log", "median_of_rounds", "paired", "percentile", "record_or_render"]
 __all__ += ["publish", "write_page"]
 
 # The virtual time base of every single-process measurement: the queues never read a
@@ -32,7 +31,6 @@ __all__ += ["publish", "write_page"]
 # wall clock instead, their only shared time base.
 T0_MS = 1_700_000_000_000
 READY_TIMEOUT_S = 120.0
-_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
 @dataclass(frozen=True)
@@ -104,13 +102,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         raise ValueError("percentile of no values")
     return sorted(values)[max(1, math.ceil(q / 100 * len(values))) - 1]
-
-
-def pragmas(con: sqlite3.Connection) -> tuple[str, str]:
-    """``(journal_mode, synchronous)`` as ``con`` really uses them, read back from SQLite."""
-    journal = con.execute("PRAGMA journal_mode").fetchone()[0]
-    sync = con.execute("PRAGMA synchronous").fetchone()[0]
-    return str(journal).upper(), _SYNCHRONOUS.get(sync, str(sync))
 
 
 def _collect(results: Any, kind: str, n: int, timeout: float) -> list[Any]:

@@ -10,8 +10,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from bench.measure import pragmas
 from bench.ops import event, timed_phases
+from tests.stores.sqlite import pragmas
 
 __all__ = ["PEERS", "VERBS", "measure_peer", "open_peer", "peer_version"]
 

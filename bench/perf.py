@@ -17,9 +17,9 @@ from typing import Any
 
 import worker
 from bench import delivery, limits, peers, report, slowpaths
-from bench.backends import Sqlite
 from bench.measure import add_record_options, log, median_of_rounds, publish, record_or_render
 from bench.ops import Calls, timed_phases
+from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["Settings", "main", "run"]
 
@@ -85,7 +85,7 @@ def _round(folder: Path, s: Settings) -> dict[str, Any]:
     }
     figures: dict[str, Any] = {}
     for name, size, count in (("single", 1, s.count), ("batch", s.batch_size, s.batches)):
-        with Sqlite(folder).queue(name) as con:
+        with SQLiteStore(str(folder)).queue(name) as con:
             timed = timed_phases(Calls(worker, con, size), count, s.max_seconds)
         figures[name] = {phase: figure.as_dict() for phase, figure in timed.items()}
     return {
@@ -128,7 +128,7 @@ def run(folder: Path, s: Settings) -> dict[str, Any]:
     step("slow states")
     cases = slowpaths.SQLITE_CASES
     record["slowpaths"] = slowpaths.record(
-        Sqlite(folder), cases, s.slowpath_cycles, s.slowpath_scale
+        SQLiteStore(str(folder)), cases, s.slowpath_cycles, s.slowpath_scale
     )
     step("couriers")
     record["couriers"] = {

@@ -15,12 +15,14 @@ from typing import Any
 import pgworker
 import worker
 from bench import report, slowpaths
-from bench.backends import Postgres, Queues, Sqlite, postgres_server
 from bench.limits import raw_fsync
 from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
+from bench.server import Server, postgres_server
 from courier.runner import clock_ms, is_busy
+from tests.stores import Store
+from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["courier", "main", "run", "wal_flushes"]
 
@@ -51,15 +53,15 @@ def wal_flushes(con: Any) -> int | None:
     return None
 
 
-def _calls(queues: Queues, calls: int, batches: int) -> dict[str, Any]:
-    """Single calls and batches of ``BATCH`` on fresh queues of ``queues``: calls (or
+def _calls(store: Store, calls: int, batches: int) -> dict[str, Any]:
+    """Single calls and batches of ``BATCH`` on fresh queues of ``store``: calls (or
     jobs) per second of each phase, and the durability they committed with."""
-    row: dict[str, Any] = {"backend": queues.name}
+    row: dict[str, Any] = {"backend": store.name}
     for suffix, size, count in (("", 1, calls), ("_many", BATCH, batches)):
-        with queues.queue(f"calls{suffix}") as con:
-            row["durability"] = queues.durability(con)
-            queue = Calls(queues.module, con, size)
-            timed = timed_phases(queue, count, MAX_SECONDS, lambda: queues.settle(con))
+        with store.queue(f"calls{suffix}") as con:
+            row["durability"] = store.durability(con)
+            queue = Calls(store.module(), con, size)
+            timed = timed_phases(queue, count, MAX_SECONDS, lambda: store.settle(con))
         row |= {f"{phase}{suffix}": round(figure.per_s, 1) for phase, figure in timed.items()}
     return row
 
@@ -80,10 +82,10 @@ def _finish(calls: Calls, ticket: dict[str, Any], now_ms: int) -> Any:
     return calls.module.finish(calls.con, ticket, "ok", now_ms)
 
 
-def courier(backend: str, where: str, owner: str, seconds: float, go: Any, results: Any) -> None:
-    """One courier process on the queue at ``where`` of ``backend`` (``sqlite`` or
+def courier(kind: str, where: str, owner: str, seconds: float, go: Any, results: Any) -> None:
+    """One courier process on the queue at ``where`` of a store of ``kind`` (``sqlite`` or
     ``postgres``): claim+finish cycles for ``seconds`` after ``go`` is set."""
-    module: Any = worker if backend == "sqlite" else pgworker
+    module: Any = worker if kind == "sqlite" else pgworker
     counts: dict[str, Any] = {"owner": owner, "cycles": 0, "locked": 0, "stale": 0, "idle": 0}
     calls = Calls(module, _retried(lambda _: module.open_queue(where), counts))
     results.put(("ready", owner))
@@ -103,31 +105,33 @@ def courier(backend: str, where: str, owner: str, seconds: float, go: Any, resul
     results.put(("result", {**counts, "seconds": time.monotonic() - start}))
 
 
-def _couriers(queues: Queues, processes: int, seconds: float) -> dict[str, Any]:
-    """``processes`` couriers on one fresh queue of ``queues`` for ``seconds``: the totals,
-    the durability the queue commits with, and on PostgreSQL the server's WAL flushes
+def _couriers(
+    store: Store, processes: int, seconds: float, server: Server | None = None
+) -> dict[str, Any]:
+    """``processes`` couriers on one fresh queue of ``store`` for ``seconds``: the totals,
+    the durability the queue commits with, and on a PostgreSQL ``server`` its WAL flushes
     while they ran (each commit waits for one)."""
-    where = queues.fresh(f"couriers-{processes}")
+    where = store.fresh(f"couriers-{processes}")
     try:
-        con = queues.module.open_queue(where)
+        con = store.connect(where)
         fill(con, int(JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
-        queues.settle(con)
-        durability = queues.durability(con)
+        store.settle(con)
+        durability = store.durability(con)
         con.close()
 
         def watch(_: Any) -> tuple[int | None, int | None]:
-            if not isinstance(queues, Postgres):
+            if server is None:
                 return None, None
-            before = wal_flushes(queues.con)
+            before = wal_flushes(server.con)
             time.sleep(seconds + 1.1)  # backends report their I/O statistics once a second
-            return before, wal_flushes(queues.con)
+            return before, wal_flushes(server.con)
 
-        args = (queues.name, where)
+        args = (store.name, where)
         _, reports, (before, after) = fleet(
             courier, lambda owner: (*args, owner, seconds), processes, seconds + 30, watch=watch
         )
     finally:
-        queues.remove(where)
+        store.remove(where)
     result = fleet_totals(processes, seconds, reports, "cycles", "locked", "stale", "idle")
     if before is not None and after is not None and after > before:
         result["wal_flushes_per_s"] = round((after - before) / result["seconds"], 1)
@@ -142,20 +146,24 @@ def run(folder: Path, quick: bool) -> dict[str, Any]:
     meta: dict[str, Any] = {"calls": calls, "batch": BATCH, "batches": batches}
     meta["seconds"] = seconds
     meta["disk_fsyncs_per_s"] = round(raw_fsync(folder, FSYNC_PROBES, 1.0).per_s, 1)
-    sqlite = Sqlite(folder)
-    with postgres_server(folder) as databases:
-        meta["postgres"], meta["server"] = databases.version(), databases.server
+    sqlite = SQLiteStore(str(folder))
+    with postgres_server(folder) as server:
+        meta["postgres"], meta["server"] = server.version(), server.name
+        postgres = server.store()
         record: dict[str, Any] = {"meta": meta, "calls": [], "couriers": []}
-        for queues in (sqlite, databases):
-            record["calls"].append(_calls(queues, calls, batches))
-            log(f"{queues.name}: {record['calls'][-1]}")
+        for store in (sqlite, postgres):
+            record["calls"].append(_calls(store, calls, batches))
+            log(f"{store.name}: {record['calls'][-1]}")
         for n in processes:
-            row = {queues.name: _couriers(queues, n, seconds) for queues in (sqlite, databases)}
+            row = {
+                "sqlite": _couriers(sqlite, n, seconds),
+                "postgres": _couriers(postgres, n, seconds, server),
+            }
             record["couriers"].append(row)
             log(f"{n} couriers: {row['sqlite']['per_s']}/s, {row['postgres']['per_s']}/s")
         cycles = QUICK_SLOW_CYCLES if quick else SLOW_CYCLES
         scale = QUICK_SLOW_SCALE if quick else 1.0
-        record["slowpaths"] = slowpaths.record(databases, slowpaths.POSTGRES_CASES, cycles, scale)
+        record["slowpaths"] = slowpaths.record(postgres, slowpaths.POSTGRES_CASES, cycles, scale)
     return record
 
 

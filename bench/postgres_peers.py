@@ -17,9 +17,9 @@ from typing import Any
 
 import pgworker
 from bench import report
-from bench.backends import Postgres, postgres_server
 from bench.measure import T0_MS, add_record_options, fleet, log, publish, record_or_render
 from bench.ops import Calls
+from bench.server import Server, postgres_server
 
 __all__ = ["CONTESTANTS", "main", "run"]
 
@@ -247,12 +247,12 @@ def _poll(probe: Any, sql: str, jobs: int, alive: Callable[[], bool]) -> tuple[f
     return time.perf_counter() - began, int(done)
 
 
-def run_cell(name: str, databases: Postgres, jobs: int, processes: int) -> dict[str, Any]:
+def run_cell(name: str, server: Server, jobs: int, processes: int) -> dict[str, Any]:
     """``jobs`` no-op jobs taken by ``processes`` worker processes of contestant ``name``."""
     import psycopg
 
     contestant = CONTESTANTS[name]
-    conninfo = databases.fresh(f"{name.replace('-', '')}_{processes}")
+    conninfo = server.database(f"{name.replace('-', '')}_{processes}")
     contestant.install(conninfo)
     contestant.enqueue(conninfo, jobs)
     # Worker processes fork from one server process that imported every library once
@@ -261,7 +261,7 @@ def run_cell(name: str, databases: Postgres, jobs: int, processes: int) -> dict[
     context.set_forkserver_preload(list(PRELOAD))
     with psycopg.connect(conninfo, autocommit=True) as probe:
         probe.execute("VACUUM ANALYZE")
-        durability = databases.durability(probe)
+        durability = server.durability()
         watch = lambda alive: _poll(probe, contestant.count_done, jobs, alive)  # noqa: E731
         _, reports, polled = fleet(
             _process, lambda owner: (name, conninfo, owner), processes, 30.0, context, watch
@@ -292,9 +292,9 @@ def run(folder: Path, names: list[str], quick: bool) -> dict[str, Any]:
     jobs, processes = (QUICK_JOBS, QUICK_PROCESSES) if quick else (JOBS, PROCESSES)
     meta = {"jobs": jobs, "processes": list(processes), "poll_s": POLL_S, "poll_min_s": POLL_MIN_S}
     entries: list[dict[str, Any]] = []
-    with postgres_server(folder) as databases:
-        meta |= {"server": databases.server, "postgres": databases.version()}
-        meta["durability"] = databases.durability(databases.con)
+    with postgres_server(folder) as server:
+        meta |= {"server": server.name, "postgres": server.version()}
+        meta["durability"] = server.durability()
         for name in names:
             found = versions(CONTESTANTS[name])
             entries.append({"name": name, "takes": CONTESTANTS[name].takes, "versions": found})
@@ -305,7 +305,7 @@ def run(folder: Path, names: list[str], quick: bool) -> dict[str, Any]:
         # under much the same load from other work.
         for k in processes:
             for entry in (entry for entry in entries if "cells" in entry):
-                entry["cells"].append(run_cell(entry["name"], databases, jobs, k))
+                entry["cells"].append(run_cell(entry["name"], server, jobs, k))
                 log(f"{entry['name']} K={k}: {entry['cells'][-1]['jobs_per_s']} jobs/s")
     return {"meta": meta, "contestants": entries}
 

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.backends import Queues, Sqlite, postgres_server
 from bench.measure import T0_MS, add_record_options, percentile, record_or_render
 from bench.ops import Calls, cycle_times
 from bench.rows import fill
+from bench.server import postgres_server
+from tests.stores import Store
+from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["CASES", "GOAL_BATCH", "GOAL_CYCLE", "POSTGRES_CASES", "SQLITE_CASES", "record"]
 
@@ -128,23 +130,24 @@ def _due(taken: list[Any]) -> bool:
     return all(ticket["id"].startswith("due-") for ticket in taken)
 
 
-def record(queues: Queues, cases: Sequence[str], cycles: int, scale: float = 1.0) -> dict[str, Any]:
+def record(store: Store, cases: Sequence[str], cycles: int, scale: float = 1.0) -> dict[str, Any]:
     """p50 of claim+finish for each of ``cases`` at its small and its large size (times
-    ``scale``), and the median batch, each in a fresh queue of ``queues``; with the
+    ``scale``), and the median batch, each in a fresh queue of ``store``; with the
     sizes, the goals and the backend."""
     results = []
+    module = store.module()
     consumed = 2 * cycles + BATCHES * BATCH_SIZE  # due jobs the timed work takes
     for case in cases:
         sizes, build, claimed = CASES[case]
         for size in (int(size * scale) for size in sizes):
             size = max(size, consumed) if claimed else size
-            with queues.queue(f"slowpath-{case}-{size}") as con:
-                build(queues.module, con, size, consumed)
-                queues.settle(con)
-                full = cycle_times(Calls(queues.module, con), 0, cycles, _due)
-                batches = cycle_times(Calls(queues.module, con, BATCH_SIZE), cycles, BATCHES, _due)
-                con.execute(queues.unsynced)
-                off = cycle_times(Calls(queues.module, con), cycles + BATCHES, cycles, _due)
+            with store.queue(f"slowpath-{case}-{size}") as con:
+                build(module, con, size, consumed)
+                store.settle(con)
+                full = cycle_times(Calls(module, con), 0, cycles, _due)
+                batches = cycle_times(Calls(module, con, BATCH_SIZE), cycles, BATCHES, _due)
+                con.execute(store.unsynced)
+                off = cycle_times(Calls(module, con), cycles + BATCHES, cycles, _due)
             results.append(
                 {
                     "case": case,
@@ -156,16 +159,16 @@ def record(queues: Queues, cases: Sequence[str], cycles: int, scale: float = 1.0
                 }
             )
     goals = {"cycle": GOAL_CYCLE, "batch": GOAL_BATCH}
-    return {"backend": queues.name, "cycles": cycles, "goals": goals, "results": results}
+    return {"backend": store.name, "cycles": cycles, "goals": goals, "results": results}
 
 
 @contextlib.contextmanager
-def _queues(backend: str, folder: Path) -> Iterator[Queues]:
-    if backend == "sqlite":
-        yield Sqlite(folder)
+def _store(kind: str, folder: Path) -> Iterator[Store]:
+    if kind == "sqlite":
+        yield SQLiteStore(str(folder))
         return
-    with postgres_server(folder) as databases:
-        yield databases
+    with postgres_server(folder) as server:
+        yield server.store()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -182,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cycles, scale = (3, 0.01) if args.quick else (args.cycles, args.scale)
 
     def measured(work: Path) -> dict[str, Any]:
-        with _queues(args.backend, work) as queues:
-            return record(queues, cases, cycles, scale)
+        with _store(args.backend, work) as store:
+            return record(store, cases, cycles, scale)
 
     print(report.slow_states(record_or_render(args, argv, "bench.slowpaths", measured)), end="")
 

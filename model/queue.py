@@ -72,8 +72,8 @@ class Redrive(NamedTuple):
         return (self.seq, self.id, self.token, self.at_ms, self.note)
 
 
-# A deliberate copy of worker.py's and pgworker.py's _Hooks: the model restates the hook
-# rule on its own (rule 4 above) rather than importing the code it checks.
+# A deliberate copy of worker.py's _Hooks (pgworker.py runs worker.py's): the model
+# restates the hook rule on its own (rule 4 above) rather than importing the code it checks.
 class _Hooks:
     """The fault hooks of one write: only a path that made a change arms ``after-commit``."""
 

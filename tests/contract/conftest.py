@@ -1,9 +1,10 @@
-"""The ``queue`` fixture: each contract example runs once per backend (``backends.py``).
+"""The ``queue`` fixture: each contract example runs once per implementation
+(``implementations.py``).
 
-``queue`` is parametrized by ``BACKENDS`` (worker, pgworker, model); ``database``
-by ``DATABASES`` (worker, pgworker), for the examples about the borrowed
-connection itself, which the model does not have. A PostgreSQL database is
-asked for only when a ``pgworker`` example runs, so ``-k "not pgworker"`` needs
+``queue`` is parametrized by ``IMPLEMENTATIONS`` (worker, pgworker, model);
+``database`` by ``DATABASES`` (worker, pgworker), for the examples about the
+borrowed connection itself, which the model does not have. A PostgreSQL database
+is asked for only when a ``pgworker`` example runs, so ``-k "not pgworker"`` needs
 no server. Every example fails if a call left a transaction open.
 """
 
@@ -14,22 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.backends import (
-    BACKENDS,
-    DATABASES,
-    Bound,
-    Modelled,
-    Queue,
-    postgres_queue,
-    sqlite_queue,
-)
+from tests.contract.implementations import DATABASES, IMPLEMENTATIONS, Bound, Modelled, Queue
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 
 
 def _open(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Queue:
     if name == "worker":
-        return sqlite_queue(tmp_path / "queue.sqlite")
+        files = SQLiteStore(str(tmp_path))
+        return Bound(name, files, files.fresh("queue"))
     if name == "pgworker":
-        return postgres_queue(request.getfixturevalue("pg_conninfo"))
+        conninfo = request.getfixturevalue("pg_conninfo")  # a fresh database with the queue
+        return Bound(name, PostgresStore(conninfo), conninfo)
     return Modelled()
 
 
@@ -41,15 +38,15 @@ def _opened(queue: Queue) -> Iterator[Queue]:
         queue.close()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=IMPLEMENTATIONS)
 def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Queue]:
-    """A new, empty queue on one backend."""
+    """A new, empty queue of one implementation."""
     yield from _opened(_open(request.param, request, tmp_path))
 
 
 @pytest.fixture(params=DATABASES)
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bound]:
-    """A new, empty queue on a backend with a real connection (``queue.con``)."""
+    """A new, empty queue of an implementation with a real connection (``queue.con``)."""
     opened = _open(request.param, request, tmp_path)
     assert isinstance(opened, Bound)
     yield from _opened(opened)  # type: ignore[misc]

@@ -1,5 +1,5 @@
 """Batch operations (docs/batches.md): one transaction, exactly the single calls in order;
-on every backend."""
+on every implementation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import worker
-from tests.contract.backends import Queue
+from tests.contract.implementations import Queue
 from tests.support import HookLog
 
 Ticket = dict[str, Any]

@@ -1,4 +1,4 @@
-"""Common rules, on both database backends: a borrowed ``con`` starts with no open
+"""Common rules, on both implementations with a database: a borrowed ``con`` starts with no open
 transaction, is never closed, and no call leaves a transaction open (on success or
 on failure). The model has no connection, so these take the ``database`` fixture."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.backends import Bound
+from tests.contract.implementations import Bound
 
 TICKET = {"id": "a", "qty": 1, "owner": "c1", "token": 1, "attempt": 1, "lease_until": 100}
 

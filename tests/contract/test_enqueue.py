@@ -1,4 +1,4 @@
-"""Section 3: enqueue(con, event, now_ms, ttl_ms, max_attempts=3), on every backend."""
+"""Section 3: enqueue(con, event, now_ms, ttl_ms, max_attempts=3), on every implementation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import OrderedDict
 import pytest
 
 import worker
-from tests.contract.backends import Queue
 from tests.contract.cases import by_argument
+from tests.contract.implementations import Queue
 from tests.support import BAD_IDENTIFIERS, GOOD_IDENTIFIERS, MAX_NOW, DictSubclass, bad_ints
 
 

@@ -1,4 +1,4 @@
-"""Clear errors for bad input, the same on every backend: each message names the
+"""Clear errors for bad input, the same on every implementation: each message names the
 argument, what was expected and what came (with its type), so an operator can fix
 the call without reading code."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 import worker
-from tests.contract.backends import Bound, Queue
+from tests.contract.implementations import Bound, Queue
 from tests.support import RecordingSend, ScriptedClock
 
 TICKET = {"id": "a", "qty": 1, "owner": "c1", "token": 1, "attempt": 1, "lease_until": 100}

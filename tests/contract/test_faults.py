@@ -1,6 +1,6 @@
 """Fault hooks: called only on paths that changed something; before commit, all or nothing.
 
-On every backend; on the model an error before the commit point restores the
+On every implementation; on the model an error before the commit point restores the
 lifecycle machine's states too, so the same write succeeds afterwards.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.contract.backends import Queue
+from tests.contract.implementations import Queue
 from tests.support import HookLog
 
 Operation = Callable[[Queue, HookLog | None], object]

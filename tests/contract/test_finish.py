@@ -1,4 +1,4 @@
-"""Section 5: finish(con, ticket, outcome, now_ms, delay_ms=0, fault=None), on every backend."""
+"""Section 5: finish(con, ticket, outcome, now_ms, delay_ms=0, fault=None), everywhere."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.contract.backends import Queue
 from tests.contract.cases import by_argument
+from tests.contract.implementations import Queue
 from tests.support import BAD_IDENTIFIERS, MAX_NOW, DictSubclass, HookLog, StrSubclass, bad_ints
 
 

@@ -1,11 +1,11 @@
-"""Section 6: redrive(con, job_id, now_ms, ttl_ms, note, fault=None), on every backend."""
+"""Section 6: redrive(con, job_id, now_ms, ttl_ms, note, fault=None), on every implementation."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.contract.backends import Queue
 from tests.contract.cases import by_argument
+from tests.contract.implementations import Queue
 from tests.support import BAD_IDENTIFIERS, MAX_NOW, HookLog, bad_ints
 
 

@@ -1,4 +1,4 @@
-"""Section 7: run_once(con, owner, clock, send, jitter, lease_ms=1000), on every backend."""
+"""Section 7: run_once(con, owner, clock, send, jitter, lease_ms=1000), on every implementation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 import worker
-from tests.contract.backends import Queue
 from tests.contract.cases import by_argument
+from tests.contract.implementations import Queue
 from tests.support import MAX_NOW, RecordingSend, ScriptedClock, bad_ints
 
 

@@ -23,9 +23,9 @@ from multiprocessing.synchronize import Barrier
 from types import ModuleType
 from typing import Any
 
-from tests.parallel.backends import Backend
 from tests.parallel.history import clock_ns, outcome_of, plain
 from tests.parallel.program import Call, Fault, Send, SendCrash, TicketRef
+from tests.stores import Store
 
 Emit = Callable[[tuple[Any, ...]], None]
 Tickets = dict[tuple[str, int], list[dict[str, Any]]]
@@ -50,10 +50,10 @@ def hook(fault: Fault | None) -> Callable[[str], None] | None:
 class Lane:
     """The calls of one lane on one connection, with the tickets they may refer to."""
 
-    def __init__(self, lane: str, backend: Backend, con: Any, tickets: Tickets, emit: Emit) -> None:
+    def __init__(self, lane: str, store: Store, con: Any, tickets: Tickets, emit: Emit) -> None:
         self.lane = lane
-        self.backend = backend
-        self.module: ModuleType = backend.module()
+        self.store = store
+        self.module: ModuleType = store.module()
         self.con = con
         self.tickets = tickets
         self.emit = emit
@@ -107,7 +107,7 @@ class Lane:
         kwargs = {name: value for name, value in args.items() if value is not None}
         if "fault" in args:
             kwargs["fault"] = hook(args["fault"])
-        with self.backend.watching_waits(self.con, verb):
+        with self.store.watching_waits(self.con, verb):
             return plain(getattr(self.module, verb)(self.con, **kwargs))
 
     def courier_round(self, index: int, args: dict[str, Any]) -> Any:
@@ -122,7 +122,7 @@ class Lane:
         module = self.module
 
         def send(delivery: dict[str, Any]) -> object:
-            inside = self.backend.in_transaction(self.con)
+            inside = self.store.in_transaction(self.con)
             self.emit(("send", self.lane, index, clock_ns(), dict(delivery), inside))
             try:
                 if script.behaviour == "die":
@@ -151,16 +151,16 @@ def serve(conn: Connection, barriers: dict[int, Barrier]) -> None:
         task = conn.recv()
         if task is None:
             return
-        backend, target, lane, calls, tickets, parties = task
+        store, target, lane, calls, tickets, parties = task
         con = None
         try:
-            con = backend.connect(target)
+            con = store.connect(target)
             conn.send(("ready", lane))
             barriers[parties].wait(timeout=BARRIER_TIMEOUT_S)
-            Lane(lane, backend, con, dict(tickets), conn.send).run(calls)
+            Lane(lane, store, con, dict(tickets), conn.send).run(calls)
         except Exception as error:
             conn.send(("error", lane, f"{type(error).__name__}: {error}"))
         finally:
             if con is not None:
-                backend.close(con)
+                con.close()
         conn.send(("done", lane))

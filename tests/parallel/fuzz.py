@@ -1,7 +1,7 @@
 """A time-bounded campaign of parallel programs on worker.py or pgworker.py.
 
     python -m tests.parallel.fuzz --minutes 10      (or: make fuzz MODE=parallel MINUTES=10)
-    python -m tests.parallel.fuzz --minutes 10 --backend postgres
+    python -m tests.parallel.fuzz --minutes 10 --store postgres
 
 Draws programs with random seeds (the ``fuzz`` profile), in rounds, until the time is up, runs
 each on real processes and checks every history. On the first failure hypothesis
@@ -20,33 +20,35 @@ import time
 from hypothesis import given, settings
 
 from tests import profiles
-from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 from tests.parallel.program import Program
-from tests.parallel.runner import Pool
+from tests.parallel.runner import Pool, scratch_folder
 from tests.parallel.strategies import programs
 from tests.parallel.trial import Trials
+from tests.stores import Store
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 
 ROUND_EXAMPLES = 50  # programs per round of hypothesis, each round with a new seed
 
 
-def campaign(minutes: float, backend_name: str = "sqlite") -> int:
-    """Fuzz for ``minutes`` on ``backend_name`` (``sqlite``, or ``postgres`` on the server
-    of ``LEASE_QUEUE_PG`` or a throwaway one); 1 on the first failure."""
+def campaign(minutes: float, kind: str = "sqlite") -> int:
+    """Fuzz for ``minutes`` on a store of ``kind`` (``sqlite``, or ``postgres`` on the
+    server of ``LEASE_QUEUE_PG`` or a throwaway one); 1 on the first failure."""
     from tests.postgres import session_server
 
     with contextlib.ExitStack() as stack:
-        backend: Backend = SQLiteBackend()
-        if backend_name == "postgres":
+        store: Store = SQLiteStore(stack.enter_context(scratch_folder()))
+        if kind == "postgres":
             server = stack.enter_context(session_server())
             conninfo = stack.enter_context(server.database())
-            backend = PostgresBackend(conninfo)
-        return rounds(minutes, backend)
+            store = PostgresStore(conninfo)
+        return rounds(minutes, store)
 
 
-def rounds(minutes: float, backend: Backend) -> int:
+def rounds(minutes: float, store: Store) -> int:
     sizes = profiles.PARALLEL["fuzz"]
     pool = Pool()
-    trials = Trials(pool, backend, sizes.repeats, sizes.budget)
+    trials = Trials(pool, store, sizes.repeats, sizes.budget)
     stop_at = time.monotonic() + minutes * 60
     started = time.monotonic()
     interleavings: set[tuple[str, object]] = set()
@@ -85,9 +87,9 @@ def rounds(minutes: float, backend: Backend) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to fuzz")
-    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
     args = parser.parse_args(argv)
-    return campaign(args.minutes, args.backend)
+    return campaign(args.minutes, args.store)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Every call is recorded with its invocation and its return on one system-wide clo
 concrete arguments it was given (tickets resolved) and its result or exception. A call
 whose process was killed has no return.
 
-``operations(records, backend)`` turns the records into the checker's ``Operation``s:
+``operations(records, store)`` turns the records into the checker's ``Operation``s:
 
 - a ``run_once`` is two calls, its claim and its finish, because it really is two
   transactions with a send between them: the claim from the invocation to the moment

@@ -1,6 +1,6 @@
 """The verdict on one run: the model explains the history, and nothing else went wrong.
 
-``judge(run, backend)`` asks the checker for an order of the run's calls that the model
+``judge(run, store)`` asks the checker for an order of the run's calls that the model
 explains and that ends in the rows found after the run (``tests.parallel.checker``,
 ``tests.parallel.spec``), and checks two promises no order can show, because they are
 about how the calls behaved rather than what they returned:
@@ -12,7 +12,7 @@ about how the calls behaved rather than what they returned:
   a transaction that read before it wrote (a ``BEGIN`` that is not ``IMMEDIATE``) asked
   for the write lock while another writer waited for its read lock to go;
 - ``claims_never_wait`` (PostgreSQL): no claim waited for a row lock another call
-  held (claims run with a short lock timeout, ``PostgresBackend.watching_waits``):
+  held (claims run with a short lock timeout, ``PostgresStore.watching_waits``):
   claimers on many hosts must not queue up behind one another.
 """
 
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.parallel.backends import Backend
 from tests.parallel.checker import Operation, Verdict, check
 from tests.parallel.history import Record, Run, not_granted, operations
 from tests.parallel.spec import QueueSpec, State
+from tests.stores import Store
 
 DEFAULT_BUDGET = 100_000
 # A refusal sooner than this share of the busy timeout did not wait its turn.
@@ -48,16 +48,16 @@ class Judgement:
         return self.verdict.outcome == "unknown" and not self.problems
 
 
-def judge(run: Run, backend: Backend, budget: int = DEFAULT_BUDGET) -> Judgement:
+def judge(run: Run, store: Store, budget: int = DEFAULT_BUDGET) -> Judgement:
     """Check one run (see the module docstring)."""
-    ops = operations(run.records, backend.lock_not_granted)
-    spec = QueueSpec(run.rows, backend.claim_order, ops)
+    ops = operations(run.records, store.lock_not_granted)
+    spec = QueueSpec(run.rows, store.claim_order, ops)
     verdict = check(ops, spec, budget)
     problems = send_outside_transactions(run.records)
-    if backend.busy_timeout_s:
-        problems += locks_wait_their_turn(run.records, backend)
+    if store.lock_wait_s:
+        problems += locks_wait_their_turn(run.records, store)
     else:
-        problems += claims_never_wait(run.records, backend)
+        problems += claims_never_wait(run.records, store)
     return Judgement(run, verdict, ops, problems)
 
 
@@ -69,27 +69,27 @@ def send_outside_transactions(records: list[Record]) -> list[str]:
     ]
 
 
-def locks_wait_their_turn(records: list[Record], backend: Backend) -> list[str]:
+def locks_wait_their_turn(records: list[Record], store: Store) -> list[str]:
     problems = []
     for record in records:
-        if record.returned is None or not not_granted(record, backend.lock_not_granted):
+        if record.returned is None or not not_granted(record, store.lock_not_granted):
             continue
         started = record.send.left if record.send and record.send.left else record.invoked
         waited_s = (record.returned - started) / 1e9
-        if waited_s < PATIENCE * backend.busy_timeout_s:
+        if store.lock_wait_s is not None and waited_s < PATIENCE * store.lock_wait_s:
             problems.append(
                 f"{record.label} {record.verb}: the write lock was refused after"
                 f" {waited_s * 1000:.1f} ms, without waiting out the"
-                f" {backend.busy_timeout_s:g} s busy timeout (a deadlock: a transaction"
+                f" {store.lock_wait_s:g} s busy timeout (a deadlock: a transaction"
                 " that read before it wrote)"
             )
     return problems
 
 
-def claims_never_wait(records: list[Record], backend: Backend) -> list[str]:
+def claims_never_wait(records: list[Record], store: Store) -> list[str]:
     return [
         f"{record.label} {record.verb}: waited for a row lock another call held, past the"
         " lock timeout (a claim must pass over locked rows, FOR UPDATE SKIP LOCKED)"
         for record in records
-        if record.verb in ("claim", "claim_many") and not_granted(record, backend.lock_not_granted)
+        if record.verb in ("claim", "claim_many") and not_granted(record, store.lock_not_granted)
     ]

@@ -18,12 +18,12 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.parallel.backends import SQLiteBackend
 from tests.parallel.history import Run
 from tests.parallel.judge import DEFAULT_BUDGET, judge
 from tests.parallel.program import Program
-from tests.parallel.runner import Pool
+from tests.parallel.runner import Pool, scratch_folder
 from tests.parallel.strategies import programs
+from tests.stores.sqlite import SQLiteStore
 
 
 def sample(count: int, calls: int) -> list[Program]:
@@ -46,13 +46,14 @@ def sample(count: int, calls: int) -> list[Program]:
 
 
 def measure(pool: Pool, count: int, calls: int, budget: int) -> dict[str, object]:
-    backend = SQLiteBackend()
     drawn = sample(count, calls)
     started = time.monotonic()
-    runs: list[Run] = [pool.run(program, backend) for program in drawn]
+    with scratch_folder() as folder:
+        store = SQLiteStore(folder)
+        runs: list[Run] = [pool.run(program, store) for program in drawn]
     ran_s = time.monotonic() - started
     started = time.monotonic()
-    verdicts = [judge(run, backend, budget) for run in runs]
+    verdicts = [judge(run, store, budget) for run in runs]
     checked_s = time.monotonic() - started
     work = [j.verdict.steps + j.verdict.explored for j in verdicts]
     overlapping = [overlap_share(run) for run in runs]

@@ -5,12 +5,12 @@ Each ``Plant`` is a realistic mistake, made by exact text replacements in the so
 its module (``worker`` for SQLite, ``pgworker`` for PostgreSQL); every replaced text
 must appear exactly once, so a plant that no longer fits the code fails loudly instead
 of planting nothing. ``plant(bug, folder, conninfo)`` writes the copy and returns the
-backend that runs it. ``docs/testing.md`` records, for each one, whether the sequential
+store that runs it. ``docs/testing.md`` records, for each one, whether the sequential
 lockstep catches it and what the parallel suite takes to.
 
     python -m tests.parallel.planted --lockstep --json FILE   # every plant, both suites
     python -m tests.parallel.planted --only finish-deferred-begin
-    python -m tests.parallel.planted --backend postgres       # the PostgreSQL plants
+    python -m tests.parallel.planted --store postgres       # the PostgreSQL plants
     python -m tests.parallel.planted --table FILE             # the docs' table of a run
 """
 
@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
+from tests.stores import Store
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +36,8 @@ class Plant:
     module: str = "worker"
 
     @property
-    def backend(self) -> str:
+    def store(self) -> str:
+        """The kind of store the plant runs on: ``sqlite`` or ``postgres``."""
         return "sqlite" if self.module == "worker" else "postgres"
 
     def source(self, original: str) -> str:
@@ -331,17 +334,17 @@ PLANTS = (*SQLITE_PLANTS, *PG_PLANTS)
 BY_NAME = {bug.name: bug for bug in PLANTS}
 
 
-def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Backend:
-    """Write the module with ``bug`` planted into ``folder``; the backend that runs it
+def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Store:
+    """Write the module with ``bug`` planted into ``folder``; the store that runs it
     (a PostgreSQL plant runs on the database of ``conninfo``)."""
     path = folder / f"{bug.module}_{bug.name.replace('-', '_')}.py"
     original = (ROOT / f"{bug.module}.py").read_text(encoding="utf-8")
     path.write_text(bug.source(original), encoding="utf-8")
-    if bug.backend == "sqlite":
-        return SQLiteBackend(module_path=str(path))
+    if bug.store == "sqlite":
+        return SQLiteStore(str(folder), module_path=str(path))
     if conninfo is None:
         raise ValueError(f"plant {bug.name} runs on PostgreSQL: give a conninfo")
-    return PostgresBackend(conninfo, module_path=str(path))
+    return PostgresStore(conninfo, module_path=str(path))
 
 
 # --- The measurement: python -m tests.parallel.planted ------------------------------------
@@ -361,7 +364,7 @@ def hunt(
     from tests.parallel.trial import Trial, Trials
     from tests.profiles import parallel_settings
 
-    ci_settings, sizes = parallel_settings(bug.backend)
+    ci_settings, sizes = parallel_settings(bug.store)
     pool = Pool()
     trials = Trials(pool, plant(bug, folder, conninfo), repeats, sizes.budget)
     started = time.monotonic()
@@ -423,7 +426,7 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
     suite = {
         "sqlite": "tests/stateful/test_lockstep.py",
         "postgres": "tests/contract/test_lockstep.py",
-    }[bug.backend]
+    }[bug.store]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONPATH": str(copy)}
     started = time.monotonic()
     try:
@@ -495,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Measure the parallel suite on each plant.")
     parser.add_argument("--only", action="append", choices=sorted(BY_NAME), help="one plant")
     parser.add_argument(
-        "--backend", choices=("sqlite", "postgres"), help="only the plants of one backend"
+        "--store", choices=("sqlite", "postgres"), help="only the plants of one kind of store"
     )
     parser.add_argument("--lockstep", action="store_true", help="also run the sequential suite")
     parser.add_argument("--no-hunt", action="store_true", help="only the sequential suite")
@@ -511,13 +514,13 @@ def main(argv: list[str] | None = None) -> int:
         bug
         for bug in PLANTS
         if (not args.only or bug.name in args.only)
-        and (args.backend is None or bug.backend == args.backend)
+        and (args.store is None or bug.store == args.store)
     ]
     results = []
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="planted-"))
         conninfo = None
-        if any(bug.backend == "postgres" for bug in chosen) and not args.no_hunt:
+        if any(bug.store == "postgres" for bug in chosen) and not args.no_hunt:
             server = stack.enter_context(session_server())
             conninfo = stack.enter_context(server.database())
         for bug in chosen:

@@ -2,7 +2,7 @@
 
 ``Pool`` keeps a few branch processes, started in fresh interpreters ("spawn", never
 fork) and reused from program to program; a process killed by its program is replaced.
-``Pool.run(program, backend)`` makes a new queue in a temporary folder, runs the prefix
+``Pool.run(program, store)`` makes a new queue in ``store``, runs the prefix
 on a connection of its own, hands each branch to a process, which connects and waits at
 a barrier so that the branches start together, collects every record as it comes, and
 reads the rows once every branch is done or dead. Every wait is bounded.
@@ -20,13 +20,12 @@ from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Barrier
-from pathlib import Path
 from typing import Any
 
-from tests.parallel.backends import Backend
 from tests.parallel.branch import BARRIER_TIMEOUT_S, Lane, Tickets, serve
 from tests.parallel.history import Record, Run, SendTrace
 from tests.parallel.program import PREFIX, Program
+from tests.stores import Store
 
 # A file on tmpfs is still a real SQLite file, but its fsyncs cost nothing: the suite
 # measures interleavings, not the disk.
@@ -107,25 +106,25 @@ class Pool:
             proc.stop()
         self.procs = []
 
-    def run(self, program: Program, backend: Backend) -> Run:
+    def run(self, program: Program, store: Store) -> Run:
         """Run ``program`` once on a new queue of ``backend``; the records and the rows."""
-        with self.lock, scratch_folder() as folder:
-            target = backend.create(folder)
+        with self.lock:
+            target = store.fresh("program")
             try:
                 recorder = Recorder()
                 tickets: Tickets = {}
-                con = backend.connect(target)
+                con = store.connect(target)
                 try:
-                    Lane(PREFIX, backend, con, tickets, recorder.emit).run(program.prefix)
+                    Lane(PREFIX, store, con, tickets, recorder.emit).run(program.prefix)
                 finally:
-                    backend.close(con)
-                self.run_branches(program, backend, target, tickets, recorder)
-                return Run(program, recorder.in_order(), backend.rows(target), recorder.skipped)
+                    con.close()
+                self.run_branches(program, store, target, tickets, recorder)
+                return Run(program, recorder.in_order(), store.rows_at(target), recorder.skipped)
             finally:
-                backend.discard(target)
+                store.remove(target)
 
     def run_branches(
-        self, program: Program, backend: Backend, target: str, tickets: Tickets, rec: Recorder
+        self, program: Program, store: Store, target: str, tickets: Tickets, rec: Recorder
     ) -> None:
         lanes = program.lanes()[1:]
         if not lanes:
@@ -134,7 +133,7 @@ class Pool:
         assert 2 <= parties <= len(self.procs), f"{parties} branches, {len(self.procs)} processes"
         busy = dict(zip((lane for lane, _ in lanes), self.procs, strict=False))
         for (lane, calls), proc in zip(lanes, self.procs, strict=False):
-            proc.conn.send((backend, target, lane, calls, tickets, parties))
+            proc.conn.send((store, target, lane, calls, tickets, parties))
         errors: list[str] = []
         died: list[str] = []
         waiting = {lane: proc for lane, proc in busy.items()}
@@ -190,12 +189,13 @@ def drain(conn: Connection, rec: Recorder, errors: list[str]) -> bool:
 
 
 @contextmanager
-def scratch_folder() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="parallel-", dir=SCRATCH))
+def scratch_folder() -> Iterator[str]:
+    """A temporary folder for queue files (on tmpfs where there is one), deleted after."""
+    folder = tempfile.mkdtemp(prefix="parallel-", dir=SCRATCH)
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["BARRIER_TIMEOUT_S", "Pool", "Recorder", "RunFailed"]
+__all__ = ["BARRIER_TIMEOUT_S", "Pool", "Recorder", "RunFailed", "scratch_folder"]

@@ -9,7 +9,7 @@ model (``tests.parallel.judge``): SQLite's under the ``strict`` claim order, Pos
 under ``relaxed``. A failure prints the shrunk program, how often it failed, and its
 timeline. ``docs/debugging.md`` shows one.
 
-``LEASE_QUEUE_PLANT=<name>`` runs the test of the plant's backend on a copy of worker.py
+``LEASE_QUEUE_PLANT=<name>`` runs the test of the plant's store on a copy of worker.py
 or pgworker.py with one of the bugs of ``tests.parallel.planted`` planted in it, to
 watch the suite catch it.
 """
@@ -24,14 +24,16 @@ from pathlib import Path
 import pytest
 from hypothesis import event, given
 
-from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 from tests.parallel.planted import BY_NAME, plant
 from tests.parallel.program import Program
-from tests.parallel.runner import Pool
+from tests.parallel.runner import Pool, scratch_folder
 from tests.parallel.strategies import programs
 from tests.parallel.trial import Trials
 from tests.postgres import Server
 from tests.profiles import parallel_settings
+from tests.stores import Store
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 
 SQLITE_SETTINGS, SIZES = parallel_settings("sqlite")
 POSTGRES_SETTINGS, _ = parallel_settings("postgres")
@@ -40,20 +42,20 @@ PLANTED = BY_NAME.get(os.environ.get("LEASE_QUEUE_PLANT", ""))
 
 @pytest.fixture(scope="module")
 def sqlite_trials(pool: Pool) -> Iterator[Trials]:
-    with tempfile.TemporaryDirectory(prefix="plant-") as folder:
-        backend: Backend = SQLiteBackend()
-        if PLANTED is not None and PLANTED.backend == "sqlite":
-            backend = plant(PLANTED, Path(folder))
-        yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
+    with scratch_folder() as folder:
+        store: Store = SQLiteStore(folder)
+        if PLANTED is not None and PLANTED.store == "sqlite":
+            store = plant(PLANTED, Path(folder))
+        yield Trials(pool, store, SIZES.repeats, SIZES.budget)
 
 
 @pytest.fixture(scope="module")
 def postgres_trials(pool: Pool, pg_server: Server) -> Iterator[Trials]:
     with pg_server.database() as conninfo, tempfile.TemporaryDirectory(prefix="plant-") as folder:
-        backend: Backend = PostgresBackend(conninfo)
-        if PLANTED is not None and PLANTED.backend == "postgres":
-            backend = plant(PLANTED, Path(folder), conninfo)
-        yield Trials(pool, backend, SIZES.repeats, SIZES.budget)
+        store: Store = PostgresStore(conninfo)
+        if PLANTED is not None and PLANTED.store == "postgres":
+            store = plant(PLANTED, Path(folder), conninfo)
+        yield Trials(pool, store, SIZES.repeats, SIZES.budget)
 
 
 def judged(trials: Trials, program: Program) -> None:

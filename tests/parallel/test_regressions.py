@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
-from tests.parallel.backends import Backend, PostgresBackend, SQLiteBackend
 from tests.parallel.planted import BY_NAME, plant
 from tests.parallel.program import Call, Fault, Program, Send, TicketRef
 from tests.parallel.runner import Pool
 from tests.parallel.trial import replay
 from tests.postgres import Server
+from tests.stores import Store
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 
 RUNS = 10
 PLANT_RUNS = 20
@@ -149,7 +151,7 @@ POSTGRES_CASES = [
 def test_regression(
     pool: Pool, tmp_path: Path, bug: str, program: Program, pins_the_plant: bool
 ) -> None:
-    queue = replay(pool, SQLiteBackend(), program, RUNS)
+    queue = replay(pool, SQLiteStore(str(tmp_path)), program, RUNS)
     assert not queue.failed, queue.report()
     if pins_the_plant:
         planted = replay(pool, plant(BY_NAME[bug], tmp_path), program, PLANT_RUNS)
@@ -168,9 +170,9 @@ def postgres(pg_server: Server) -> Iterator[str]:
 def test_regression_on_postgres(
     pool: Pool, postgres: str, tmp_path: Path, bug: str, program: Program, pins_the_plant: bool
 ) -> None:
-    queue = replay(pool, PostgresBackend(postgres), program, RUNS)
+    queue = replay(pool, PostgresStore(postgres), program, RUNS)
     assert not queue.failed, queue.report()
     if pins_the_plant:
-        planted: Backend = plant(BY_NAME[bug], tmp_path, postgres)
+        planted: Store = plant(BY_NAME[bug], tmp_path, postgres)
         caught = replay(pool, planted, program, PLANT_RUNS)
         assert caught.failed, f"the plant {bug} passed {PLANT_RUNS} runs of its program"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import model
-from tests.parallel.backends import SQLiteBackend
 from tests.parallel.history import Record, Run
 from tests.parallel.judge import judge
 from tests.parallel.program import Program
 from tests.parallel.timeline import render
+from tests.stores.sqlite import SQLiteStore
 
 TICKET = {"id": "a", "qty": 1, "owner": "c1", "token": 1, "attempt": 1, "lease_until": 1010}
 CLAIM = {"owner": "c1", "now_ms": 1000, "lease_ms": 10, "fault": None}
@@ -34,8 +34,8 @@ def two_tickets_for_one_job() -> Run:
     return Run(Program((), ()), records, queue.rows())
 
 
-def test_a_failing_run_is_drawn_lane_by_lane_with_the_unexplained_call_marked():
-    judgement = judge(two_tickets_for_one_job(), SQLiteBackend())
+def test_a_failing_run_is_drawn_lane_by_lane_with_the_unexplained_call_marked(tmp_path):
+    judgement = judge(two_tickets_for_one_job(), SQLiteStore(str(tmp_path)))
     assert judgement.failed
     text = render(judgement)
     lines = text.splitlines()

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.parallel.backends import Backend
 from tests.parallel.judge import DEFAULT_BUDGET, Judgement, judge
 from tests.parallel.program import Program, describe
 from tests.parallel.runner import Pool
 from tests.parallel.timeline import render
+from tests.stores import Store
 
 
 @dataclass
@@ -50,11 +50,11 @@ class Trial:
 
 @dataclass(eq=False)
 class Trials:
-    """Runs programs on one backend: once each until a failure is seen, then
+    """Runs programs on one store: once each until a failure is seen, then
     ``repeats`` times each (see the module docstring)."""
 
     pool: Pool
-    backend: Backend
+    store: Store
     repeats: int
     budget: int = DEFAULT_BUDGET
     shrinking: bool = field(default=False, init=False)
@@ -72,9 +72,9 @@ class Trials:
         trial = Trial(program)
         self.programs += 1
         while trial.runs < (self.repeats if self.shrinking or trial.failed else 1):
-            run = self.pool.run(program, self.backend)
+            run = self.pool.run(program, self.store)
             self.calls += len(run.records)
-            judgement = judge(run, self.backend, self.budget)
+            judgement = judge(run, self.store, self.budget)
             trial.runs += 1
             trial.interleavings.add(run.interleaving())
             if judgement.failed:
@@ -89,9 +89,9 @@ class Trials:
         return trial
 
 
-def replay(pool: Pool, backend: Backend, program: Program, runs: int) -> Trial:
+def replay(pool: Pool, store: Store, program: Program, runs: int) -> Trial:
     """Run ``program`` exactly ``runs`` times on ``backend`` and count the failures: how a
     shrunk program is replayed by hand or kept as a regression test."""
-    trials = Trials(pool, backend, repeats=runs)
+    trials = Trials(pool, store, repeats=runs)
     trials.shrinking = True  # every run counts, not only the first
     return trials.attempt(program)

@@ -22,20 +22,19 @@ verbs that take a hook (``fail_at=None``: no fault), ``run_file`` an argument of
 ``run_once`` (``verb``), and odd arguments two rules, not one per function.
 
 What the rules draw (ids, durations, faults, sends, odd arguments) is in
-``tests/stateful/strategies.py``, how each backend is reached in
-``tests/stateful/backends.py``, and how one call is run on both sides and its
+``tests/stateful/strategies.py``, how a queue is made and read in ``tests/stores``
+(the one adapter of every suite), and how one call is run on both sides and its
 results compared in ``tests/stateful/outcomes.py``.
 
-The machine is parametrized by backend (``Backend``: the module of calls, how to
-reach a fresh queue, how to read its rows): ``QueueLockstep`` drives ``worker.py``
-on a SQLite file, ``PostgresLockstep`` the same rules and draws on ``pgworker.py``
-and a PostgreSQL database (``tests/contract/test_lockstep.py`` runs it, with fewer
-examples). The rules about what only one backend has (a path, a file, a
-``sqlite3.Connection``) judge the other backend's counterpart: a conninfo, a
-database without the queue, a ``psycopg.Connection``. The one difference in the
-rows is ``redrives.seq``: a PostgreSQL sequence is not rolled back, so after a
-redrive rolled back by its hook the next audit row's seq leaves a gap; on
-PostgreSQL the audit rows are compared by their order (seq replaced by rank).
+The machine is parametrized by store (``make_store``): ``QueueLockstep`` drives
+``worker.py`` on a SQLite file, ``PostgresLockstep`` the same rules and draws on
+``pgworker.py`` and a schema of a PostgreSQL database (``tests/contract/test_lockstep.py``
+runs it, with fewer examples). The rules about what only one kind of store has (a
+path, a file, a ``sqlite3.Connection``) judge the other's counterpart: a conninfo, a
+database without the queue, a ``psycopg.Connection``. Rows are compared as the store
+makes them comparable (``Store.comparable_rows``): a PostgreSQL sequence is not rolled
+back, so after a redrive rolled back by its hook the next audit row's seq leaves a gap,
+and there seq numbers are compared by their order.
 """
 
 from __future__ import annotations
@@ -80,7 +79,6 @@ from tests.divergence import (
     short_repr,
     value_differences,
 )
-from tests.stateful.backends import POSTGRES, SQLITE, Backend
 from tests.stateful.outcomes import (
     NO_QUEUE_FILE,
     OPEN_TRANSACTION,
@@ -140,6 +138,9 @@ from tests.stateful.strategies import (
     generic,
     place,
 )
+from tests.stores import Store
+from tests.stores.postgres import PostgresStore
+from tests.stores.sqlite import SQLiteStore
 from tests.support import JOB_COLUMNS
 
 # A file on tmpfs is still a real SQLite file, but its fsyncs cost nothing: the
@@ -171,16 +172,16 @@ class QueueLockstep(RuleBasedStateMachine):
 
     tickets = Bundle("tickets")
     rules_run: ClassVar[Counter[str]] = Counter()  # for the fuzz campaign's coverage report
-    backend: ClassVar[Backend] = SQLITE
 
     def __init__(self) -> None:
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="lockstep-", dir=SCRATCH)
-        self.queue = self.backend.module
+        self.store = self.make_store(self.folder)
+        self.queue = self.store.module()
         try:
-            self.path = self.backend.fresh_target(self.folder)  # a file path or a conninfo
+            self.path = self.store.fresh("lockstep")  # a file path or a conninfo
             self.con = self.queue.open_queue(self.path)
-            self.backend.assert_configured(self.con)
+            self.store.assert_configured(self.con)
             self.elsewhere = self.queue.open_queue(self.path)  # another worker's connection
         except BaseException:  # no teardown follows a failed __init__
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -192,10 +193,15 @@ class QueueLockstep(RuleBasedStateMachine):
         self.highest_token: dict[str, int] = {}
         self.finished: dict[str, dict[str, Any]] = {}
 
+    def make_store(self, folder: str) -> Store:
+        """Where this machine's queues live: files in ``folder``."""
+        return SQLiteStore(folder)
+
     def teardown(self) -> None:
         try:
             self.con.close()
             self.elsewhere.close()
+            self.store.remove(self.path)
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -216,7 +222,7 @@ class QueueLockstep(RuleBasedStateMachine):
         """
         __tracebackhide__ = True
         got, expected = outcome_of(real), outcome_of(spec)
-        side = self.backend.label
+        side = self.store.label
         if got == expected:
             explain(f"{verb}: both {outcome_text(got)}")
         else:
@@ -233,13 +239,13 @@ class QueueLockstep(RuleBasedStateMachine):
 
     def fault_hooks(self, fail_at: str | None) -> tuple[FaultAt, FaultAt]:
         """A hook for each side, failing at the same point, each seeing its own rows."""
-        real = FaultAt(fail_at, lambda: self.backend.rows(self.con))
+        real = FaultAt(fail_at, lambda: self.store.comparable_rows(self.con))
         return real, FaultAt(fail_at, self.model.rows)
 
     def same_hooks(self, verb: str, real: FaultAt, spec: FaultAt) -> None:
         """Both sides called the same hooks, in the same order, each seeing the same rows."""
         __tracebackhide__ = True
-        side = self.backend.label
+        side = self.store.label
         real_points = [point for point, _ in real.points]
         spec_points = [point for point, _ in spec.points]
         assert real_points == spec_points, (
@@ -523,7 +529,7 @@ class QueueLockstep(RuleBasedStateMachine):
         real_send = self.scripted_send(send, real_sends, self.enqueue_elsewhere_real)
         spec_send = self.scripted_send(send, spec_sends, self.enqueue_elsewhere_model)
         if verb == "run_file":
-            real = self.backend.run_file(self.path)
+            real = partial(self.store.run_target(), self.path)
         else:
             real = partial(self.queue.run_once, self.con)
         self.both(
@@ -531,7 +537,7 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: real(owner, real_clock, real_send, jitter, **lease),
             lambda: self.model.run_once(owner, spec_clock, spec_send, jitter, **lease),
         )
-        side = self.backend.label
+        side = self.store.label
         assert real_sends == spec_sends, (
             f"{verb} sent other deliveries: "
             f"{listed(value_differences(real_sends, spec_sends, side))}\n"
@@ -675,11 +681,11 @@ class QueueLockstep(RuleBasedStateMachine):
     def reopen(self, as_pathlike: bool) -> None:
         """Close the connection and open the same file again (str or PathLike): nothing is lost."""
         self.con.close()
-        if self.backend is SQLITE:
+        if self.store.name == "sqlite":
             self.con = worker.open_queue(Path(self.path) if as_pathlike else self.path)
         else:  # a conninfo has one form: as_pathlike changes nothing here
             self.con = self.queue.open_queue(self.path)
-        self.backend.assert_configured(self.con)
+        self.store.assert_configured(self.con)
 
     @rule(path=NOT_A_QUEUE_PATHS)
     @counted
@@ -688,7 +694,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
         On PostgreSQL the same values stand for a conninfo: one that is not a non-empty
         str is a ValueError, a str that does not parse is psycopg's ProgrammingError."""
-        if self.backend is not SQLITE:
+        if self.store.name != "sqlite":
             self.open_queue_odd_conninfo(path)
             return
         before = sorted(os.listdir(self.folder))
@@ -728,26 +734,26 @@ class QueueLockstep(RuleBasedStateMachine):
     def borrowed_connection_odd(self, function: str, con: object) -> None:
         """A con that is no connection, or one with a transaction open, is a ValueError
         before anything else: the caller's transaction is left alone, nothing changes."""
-        caller = self.backend.caller(self.path)
+        caller = self.store.caller(self.path)
         try:
             if con == "open transaction":
                 caller.execute("BEGIN")  # deferred, no statement yet: holds no lock
                 con, message = caller, OPEN_TRANSACTION
             else:
-                message = str(model.rules.malformed("con", self.backend.connection_type, con))
-            calls = calls_with(con, self.now) if self.backend is SQLITE else self.calls_on(con)
+                message = str(model.rules.malformed("con", self.store.connection_type, con))
+            calls = calls_with(con, self.now) if self.store.name == "sqlite" else self.calls_on(con)
             result = outcome_of(calls[function])
             expected: Result = ("raised", "ValueError", message)
             assert result == expected, (
                 f"{function}(con={short_repr(con)}, ...) {outcome_text(result)}, "
                 f"instead of: {outcome_text(expected)}"
             )
-            assert self.backend.in_transaction(caller) == (con is caller)
+            assert self.store.in_transaction(caller) == (con is caller)
         finally:
             caller.close()
 
     def calls_on(self, con: object) -> dict[str, Callable[[], object]]:
-        """``strategies.calls_with``'s calls (the same arguments) on this backend's module."""
+        """``strategies.calls_with``'s calls (the same arguments) on this store's module."""
 
         def send(delivery: dict[str, Any]) -> object:
             return True
@@ -771,7 +777,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
         On PostgreSQL, run_database on a schema without the queue: UndefinedTable, no
         table made (``""`` is no conninfo: ValueError); the clock is never read."""
-        if self.backend is not SQLITE:
+        if self.store.name != "sqlite":
             self.run_database_without_a_queue(where, jitter)
             return
         path = {"missing": os.path.join(self.folder, "missing.sqlite"), "folder": self.folder}
@@ -811,8 +817,8 @@ class QueueLockstep(RuleBasedStateMachine):
             f"instead of: {outcome_text(expected)}"
         )
         assert clock.calls == 0
-        tables = self.con.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'jobs'")
-        assert tables.fetchone()[0] == 1, "run_database created a table"
+        tables = self.con.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,))
+        assert tables.fetchone()[0] == 0, f"run_database created a table in {schema!r}"
 
     # --- invariants ------------------------------------------------------------
 
@@ -824,7 +830,7 @@ class QueueLockstep(RuleBasedStateMachine):
         at most one ticket per job is live; a done job never changes again. (One
         invariant, not five: the printed program gets one line per step, not six.)
         """
-        real = self.backend.rows(self.con)
+        real = self.store.comparable_rows(self.con)
         self.rows_match_model(real)
         self.no_open_transaction()
         jobs = {values[1]: dict(zip(JOB_COLUMNS, values, strict=True)) for values in real["jobs"]}
@@ -834,16 +840,11 @@ class QueueLockstep(RuleBasedStateMachine):
 
     def rows_match_model(self, real: dict[str, list[tuple[Any, ...]]]) -> None:
         spec = self.model.rows()
-        if self.backend is not SQLITE:  # audit rows by their order (see the docstring)
-            spec = {
-                **spec,
-                "redrives": [(n, *row[1:]) for n, row in enumerate(spec["redrives"], 1)],
-            }
-        assert real == spec, rows_divergence(real, spec, self.backend.label)
+        assert real == spec, rows_divergence(real, spec, self.store.label)
 
     def no_open_transaction(self) -> None:
-        assert not self.backend.in_transaction(self.con), "a call left a transaction open"
-        assert not self.backend.in_transaction(self.elsewhere)
+        assert not self.store.in_transaction(self.con), "a call left a transaction open"
+        assert not self.store.in_transaction(self.elsewhere)
 
     def tokens_never_decrease(self, jobs: dict[str, dict[str, Any]]) -> None:
         for job_id, row in jobs.items():
@@ -893,6 +894,10 @@ def mutated(call: str, argument: str, given: object, after: object) -> str:
 
 
 class PostgresLockstep(QueueLockstep):
-    """The same machine on ``pgworker.py`` and a PostgreSQL database (``POSTGRES.conninfo``)."""
+    """The same machine on ``pgworker.py``, a schema of the database of ``conninfo``
+    per example (set by the test that runs it)."""
 
-    backend = POSTGRES
+    conninfo: ClassVar[str] = ""
+
+    def make_store(self, folder: str) -> Store:
+        return PostgresStore(self.conninfo)

@@ -1,15 +1,17 @@
-"""The backends the contract suite runs on, behind one small adapter.
+"""The implementations the contract suite runs on, behind one small adapter.
 
 Every example in ``tests/contract`` is written once against ``Queue``: the
 queue's operations without ``con`` (``QueueModel``'s signatures), plus a few
-ways to look at the state. Three backends implement it:
+ways to look at the state. Three implementations provide it:
 
 - ``worker``: ``worker.py`` on a SQLite file;
 - ``pgworker``: ``pgworker.py`` on a fresh PostgreSQL database (``tests/postgres.py``);
 - ``model``: ``model.QueueModel``, the executable specification.
 
-The backends differ in what they are, and the suite handles each difference
-here, by name, never by skipping a test in silence:
+The two that keep rows in a database reach them through their store (``tests/stores``,
+the adapter every suite shares), which states what differs between them as data. The
+differences the examples meet are handled here, by name, never by skipping a test in
+silence:
 
 - ``model`` has no connection: ``in_transaction()`` is always ``False`` and
   ``other()`` is the model itself (another worker's view of the same queue);
@@ -25,22 +27,13 @@ here, by name, never by skipping a test in silence:
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from psycopg import conninfo as libpq
-from psycopg import sql as pgsql
-from psycopg.pq import TransactionStatus
-
 import model
-import pgworker
-import worker
-from tests.support import JOB_COLUMNS, REDRIVE_COLUMNS, Rows
-from tests.support import read_rows as read_sqlite_rows
+from tests.stores import Store
+from tests.support import JOB_COLUMNS, Rows
 
-BACKENDS = ("worker", "pgworker", "model")
+IMPLEMENTATIONS = ("worker", "pgworker", "model")
 DATABASES = ("worker", "pgworker")
 
 _OPERATIONS = (
@@ -55,17 +48,8 @@ _OPERATIONS = (
 )
 
 
-def read_pg_rows(con: Any) -> Rows:
-    """Every row of both tables of a ``pgworker`` connection, in seq order, as tuples."""
-    jobs = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs ORDER BY seq").fetchall()
-    audit = con.execute(
-        f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives ORDER BY seq"
-    ).fetchall()
-    return {"jobs": jobs, "redrives": audit}
-
-
 class Queue:
-    """One backend's queue: the operations of ``QueueModel`` and ways to look at it."""
+    """One implementation's queue: the operations of ``QueueModel`` and ways to look at it."""
 
     name: str
     dense_seq: bool
@@ -98,7 +82,7 @@ class Queue:
         raise NotImplementedError
 
     def twin(self) -> Queue:
-        """A second, independent empty queue on the same backend (closed with this one)."""
+        """A second, independent empty queue of the same implementation (closed with this one)."""
         raise NotImplementedError
 
     def reset(self) -> None:
@@ -110,15 +94,16 @@ class Queue:
 
 
 class Bound(Queue):
-    """``worker`` or ``pgworker`` with one connection: each operation gets ``con`` first."""
+    """``worker`` or ``pgworker`` with one connection to the queue at ``target`` of
+    ``store``: each operation gets ``con`` first."""
 
-    def __init__(self, name: str, module: ModuleType, con: Any, reopen: Any, twin: Any) -> None:
+    def __init__(self, name: str, store: Store, target: str) -> None:
         self.name = name
-        self.module = module
-        self.con = con
-        self.dense_seq = module is worker
-        self._reopen = reopen
-        self._twin = twin
+        self.store = store
+        self.target = target
+        self.module = store.module()
+        self.con = store.connect(target)
+        self.dense_seq = store.dense_seq
         self._others: list[Bound] = []
 
     def __getattr__(self, operation: str) -> Any:
@@ -128,45 +113,26 @@ class Bound(Queue):
         return lambda *args, **kwargs: function(self.con, *args, **kwargs)
 
     def rows(self) -> Rows:
-        if self.module is worker:
-            return read_sqlite_rows(self.con)
-        return read_pg_rows(self.con)
+        return self.store.rows(self.con)
 
     def in_transaction(self) -> bool:
-        if self.module is worker:
-            return bool(self.con.in_transaction)
-        return bool(self.con.info.transaction_status != TransactionStatus.IDLE)
+        return self.store.in_transaction(self.con)
 
     def other(self) -> Queue:
-        other = Bound(self.name, self.module, self._reopen(), self._reopen, self._twin)
+        other = Bound(self.name, self.store, self.target)
         self._others.append(other)
         return other
 
     def twin(self) -> Queue:
-        twin: Bound = self._twin(self.con)
+        twin = Bound(self.name, self.store, self.store.fresh("twin"))
         self._others.append(twin)
         return twin
 
     def reset(self) -> None:
-        if self.module is worker:
-            self.con.execute("BEGIN IMMEDIATE")
-            for table in ("jobs", "redrives", "sqlite_sequence"):
-                self.con.execute(f"DELETE FROM {table}")
-            self.con.execute("COMMIT")
-        else:
-            self.con.execute("TRUNCATE jobs, redrives RESTART IDENTITY")
+        self.store.empty(self.con)
 
     def rewrite(self, job_id: str, **columns: object) -> None:
-        assert set(columns) <= set(JOB_COLUMNS), columns
-        if self.module is worker:
-            sets = ", ".join(f"{column} = ?" for column in columns)
-            self.con.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*columns.values(), job_id))
-            return
-        assignments = pgsql.SQL(", ").join(
-            pgsql.SQL("{} = %s").format(pgsql.Identifier(column)) for column in columns
-        )
-        statement = pgsql.SQL("UPDATE jobs SET {} WHERE id = %s").format(assignments)
-        self.con.execute(statement, (*columns.values(), job_id))
+        self.store.rewrite(self.con, job_id, **columns)
 
     def close(self) -> None:
         for other in self._others:
@@ -215,37 +181,3 @@ class Modelled(Queue):
                     values[index[column]] = value
             jobs.append(tuple(values))
         self.model = model.QueueModel.from_rows({"jobs": jobs, "redrives": rows["redrives"]})
-
-
-def sqlite_queue(path: Path) -> Bound:
-    """``worker.py`` on a new queue file at ``path``; its twin is a file beside it."""
-    return Bound(
-        "worker",
-        worker,
-        worker.open_queue(path),
-        lambda: worker.open_queue(path),
-        lambda _: sqlite_queue(path.with_name(f"twin-{path.name}")),
-    )
-
-
-def postgres_queue(conninfo: str) -> Bound:
-    """``pgworker.py`` on the (fresh) database of ``conninfo``; its twin is a queue in
-    schema ``twin`` of the same database (one queue per schema)."""
-    return Bound(
-        "pgworker",
-        pgworker,
-        pgworker.open_queue(conninfo),
-        lambda: pgworker.open_queue(conninfo),
-        lambda con: _schema_twin(con, conninfo),
-    )
-
-
-def _schema_twin(con: Any, conninfo: str) -> Bound:
-    con.execute("CREATE SCHEMA IF NOT EXISTS twin")
-    return postgres_queue(libpq.make_conninfo(conninfo, options="-csearch_path=twin"))
-
-
-def connection_state(queue: Queue) -> sqlite3.Connection | Any:
-    """The raw connection of a database backend (for the examples about ``con`` itself)."""
-    assert isinstance(queue, Bound), f"{queue.name} has no connection"
-    return queue.con

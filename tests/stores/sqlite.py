@@ -1,0 +1,95 @@
+"""``worker.py`` on SQLite files: one queue per file in a folder."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tests.stores import Store
+from tests.support import JOB_COLUMNS, Rows, read_rows
+
+__all__ = ["BUSY_TIMEOUT_S", "SQLiteStore", "pragmas"]
+
+# open_queue's busy timeout (the contract's timeout=1): a write that waited this long for
+# the file's lock and gave up is refused, having changed nothing.
+BUSY_TIMEOUT_S = 1.0
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+@dataclass(frozen=True)
+class SQLiteStore(Store):
+    """Queue files in ``folder``, each made by ``open_queue``.
+
+    Claims hold the file's one write lock from their first read to their commit, so
+    every claim sees every row: the ``strict`` claim order.
+    """
+
+    folder: str
+
+    name: ClassVar[str] = "sqlite"
+    default_module: ClassVar[str] = "worker"
+    connection_type: ClassVar[str] = "a sqlite3.Connection"
+    claim_order: ClassVar[str] = "strict"
+    dense_seq: ClassVar[bool] = True
+    lock_wait_s: ClassVar[float | None] = BUSY_TIMEOUT_S
+    # Not durable, never the queue's figure: what the statements cost apart from the syncs.
+    unsynced: ClassVar[str] = "PRAGMA synchronous=OFF"
+
+    def run_target(self) -> Any:
+        return self.module().run_file
+
+    def fresh(self, label: str = "queue") -> str:
+        path = str(Path(self.folder) / f"{label}.sqlite")
+        self.remove(path)
+        self.connect(path).close()
+        return path
+
+    def remove(self, target: str) -> None:
+        for name in (target, f"{target}-journal"):
+            Path(name).unlink(missing_ok=True)
+
+    def caller(self, target: str) -> sqlite3.Connection:
+        return sqlite3.connect(target, isolation_level=None)
+
+    def rows(self, con: Any) -> Rows:
+        return read_rows(con)
+
+    def in_transaction(self, con: Any) -> bool:
+        return bool(con.in_transaction)
+
+    def empty(self, con: Any) -> None:
+        con.execute("BEGIN IMMEDIATE")
+        for table in ("jobs", "redrives", "sqlite_sequence"):
+            con.execute(f"DELETE FROM {table}")
+        con.execute("COMMIT")
+
+    def rewrite(self, con: Any, job_id: str, **columns: object) -> None:
+        assert set(columns) <= set(JOB_COLUMNS), columns
+        sets = ", ".join(f"{column} = ?" for column in columns)
+        con.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*columns.values(), job_id))
+
+    def assert_configured(self, con: Any) -> None:
+        """open_queue's settings: autocommit, 1 s busy timeout, DELETE journal, FULL sync."""
+        settings_now = (
+            con.isolation_level,
+            con.execute("PRAGMA busy_timeout").fetchone()[0],
+            con.execute("PRAGMA journal_mode").fetchone()[0],
+            con.execute("PRAGMA synchronous").fetchone()[0],
+        )
+        assert settings_now == (None, 1000, "delete", 2), f"connection settings: {settings_now}"
+
+    def lock_not_granted(self, error_type: str, message: str) -> bool:
+        return error_type == "OperationalError" and "locked" in message
+
+    def durability(self, con: Any) -> str:
+        journal, sync = pragmas(con)
+        return f"journal_mode={journal.lower()}, synchronous={sync}"
+
+
+def pragmas(con: sqlite3.Connection) -> tuple[str, str]:
+    """``(journal_mode, synchronous)`` as ``con`` really uses them, read back from SQLite."""
+    journal = con.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = con.execute("PRAGMA synchronous").fetchone()[0]
+    return str(journal).upper(), _SYNCHRONOUS.get(sync, str(sync))
