@@ -1,11 +1,5 @@
-"""The stateful suite's coverage of the model, beside what the explorer found reachable.
-
-While this package's tests run, ``model.job``'s recorder counts every (source state,
-trigger, guard outcome) the model is made to try. The terminal summary then prints
-them beside the reachable set of ``docs/state-machine.json`` (the run of
-``python -m model.explore`` on its default bounds) and names each reachable
-combination the random search never reached: a gap in the fuzzing shows up by name.
-"""
+"""Count what the model tries while the stateful suite runs (``tests/stateful/coverage.py``;
+``tests/conftest.py`` prints the count beside the explorer's in the terminal summary)."""
 
 from __future__ import annotations
 
@@ -14,10 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from model.explore import Combo, counting, coverage_report, load_record
+from model.explore import Combo, counting
 from model.job import recording
-
-REACHED: Counter[Combo] = Counter()
+from tests.stateful.coverage import REACHED
 
 
 @pytest.fixture(scope="package", autouse=True)
@@ -25,16 +18,3 @@ def model_coverage() -> Iterator[Counter[Combo]]:
     """Count what the model tries while this package's tests run."""
     with recording(counting(REACHED)):
         yield REACHED
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not REACHED:
-        return
-    terminalreporter.section("model coverage of the stateful suite")
-    try:
-        recorded = load_record()
-    except FileNotFoundError as missing:
-        terminalreporter.write_line(f"no explorer record to compare with ({missing.filename})")
-        return
-    for line in coverage_report(REACHED, recorded):
-        terminalreporter.write_line(line)

@@ -70,13 +70,23 @@ from psycopg import conninfo as libpq
 import model
 import pgworker
 import worker
+from tests.divergence import (
+    abbreviated,
+    listed,
+    outcome_text,
+    result_divergence,
+    rows_divergence,
+    short_repr,
+    value_differences,
+)
 from tests.stateful.outcomes import (
     NO_QUEUE_FILE,
     OPEN_TRANSACTION,
     FaultAt,
     Result,
     ScriptedClock,
-    SendCrash,
+    ScriptedSend,
+    call_text,
     explain,
     outcome_of,
     refusal_of_path,
@@ -147,6 +157,7 @@ def counted(function: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(function)
     def run(self: QueueLockstep, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # a failure's traceback starts at the rule
         type(self).rules_run[function.__name__] += 1
         return function(self, *args, **kwargs)
 
@@ -205,13 +216,19 @@ class QueueLockstep(RuleBasedStateMachine):
     ) -> Result:
         """Run one call on each side; both must return or raise the same.
 
-        ``label`` names the call in the statistics (the ``verb`` by default).
+        ``label`` names the call in the statistics (the ``verb`` by default). The note
+        says what both did, or what each did; the assertion's first line names the
+        difference (``finish returned 'done' on worker.py, False on the model``).
         """
+        __tracebackhide__ = True
         got, expected = outcome_of(real), outcome_of(spec)
         side = self.store.label
-        explain(f"{verb}: {side} -> {got!r}; model -> {expected!r}")
+        if got == expected:
+            explain(f"{verb}: both {outcome_text(got)}")
+        else:
+            explain(f"{verb}: {side} {outcome_text(got)}; the model {outcome_text(expected)}")
         self.count(f"{label or verb} -> {summary_of(expected)}")
-        assert got == expected, f"{verb}: {side} gave {got!r} but the model {expected!r}"
+        assert got == expected, result_divergence(verb, got, expected, side)
         return got
 
     @staticmethod
@@ -226,15 +243,18 @@ class QueueLockstep(RuleBasedStateMachine):
         return real, FaultAt(fail_at, self.model.rows)
 
     def same_hooks(self, verb: str, real: FaultAt, spec: FaultAt) -> None:
+        """Both sides called the same hooks, in the same order, each seeing the same rows."""
+        __tracebackhide__ = True
+        side = self.store.label
         real_points = [point for point, _ in real.points]
         spec_points = [point for point, _ in spec.points]
         assert real_points == spec_points, (
-            f"{verb}: {self.store.label} called hooks {real_points} but the model {spec_points}"
+            f"{verb} called the hooks {real_points} on {side}, {spec_points} on the model"
         )
         for (point, real_rows), (_, spec_rows) in zip(real.points, spec.points, strict=True):
-            if real_rows != spec_rows:
-                explain(f"at {point}: {self.store.label} rows {real_rows}; model rows {spec_rows}")
-            assert real_rows == spec_rows, f"{verb}: the rows differ at {point}"
+            assert real_rows == spec_rows, (
+                f"{verb} at {point}: {rows_divergence(real_rows, spec_rows, side)}"
+            )
 
     def row(self, job_id: str) -> dict[str, Any] | None:
         for values in self.model.rows()["jobs"]:
@@ -269,7 +289,7 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: self.queue.enqueue(self.con, event, self.now, ttl_ms, **budget),
             lambda: self.model.enqueue(event, self.now, ttl_ms, **budget),
         )
-        assert event == {"id": job_id, "qty": qty}, "enqueue mutated its event"
+        assert event == {"id": job_id, "qty": qty}, f"enqueue mutated its event: {event}"
 
     @rule(target=tickets, owner=OWNER, lease_ms=LEASES, fail_at=FAULTS)
     @counted
@@ -290,7 +310,10 @@ class QueueLockstep(RuleBasedStateMachine):
     def keep_issued(self, ticket: dict[str, Any]) -> dict[str, Any]:
         """Remember a new ticket; its token must be above every earlier one of its job."""
         earlier = [t["token"] for t in self.issued if t["id"] == ticket["id"]]
-        assert all(ticket["token"] > token for token in earlier), "a fencing token was reused"
+        assert all(ticket["token"] > token for token in earlier), (
+            f"a fencing token was reused: job {ticket['id']!r} got token {ticket['token']}, "
+            f"after tokens {abbreviated(earlier)}"
+        )
         self.issued.append(dict(ticket))
         return ticket
 
@@ -325,7 +348,9 @@ class QueueLockstep(RuleBasedStateMachine):
     def finish_with_hooks(
         self, presented: dict[str, Any], outcome: str, delay_ms: int | None, fail_at: str | None
     ) -> None:
-        explain(f"finish: presenting {presented} at now={self.now} with delay_ms={delay_ms}")
+        __tracebackhide__ = True
+        call = {"ticket": presented, "outcome": outcome, "now_ms": self.now}
+        explain(call_text("finish", call | supplied(delay_ms=delay_ms)))
         real_fault, spec_fault = self.fault_hooks(fail_at)
         snapshot = dict(presented)
         delay = supplied(delay_ms=delay_ms)
@@ -342,7 +367,7 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: self.model.finish(presented, outcome, self.now, fault=spec_fault, **delay),
         )
         self.same_hooks("finish", real_fault, spec_fault)
-        assert presented == snapshot, "finish mutated its ticket"
+        assert presented == snapshot, mutated("finish", "ticket", snapshot, presented)
 
     # --- rules: the batches (docs/batches.md) -----------------------------------
 
@@ -364,8 +389,10 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: self.queue.enqueue_many(self.con, real_events, self.now, ttl_ms, **budget),
             lambda: self.model.enqueue_many(spec_events, self.now, ttl_ms, **budget),
         )
-        assert real_events == given, "worker.enqueue_many mutated its events"
-        assert spec_events == given, "the model's enqueue_many mutated its events"
+        assert real_events == given, mutated("enqueue_many", "events", given, real_events)
+        assert spec_events == given, mutated(
+            "the model's enqueue_many", "events", given, spec_events
+        )
 
     @rule(target=tickets, owner=OWNER, limit=LIMITS, lease_ms=LEASES, fail_at=FAULTS)
     @counted
@@ -406,7 +433,7 @@ class QueueLockstep(RuleBasedStateMachine):
             {"ticket": dict(ticket), "outcome": outcome, "delay_ms": self.delay_for(delay, ticket)}
             for ticket, outcome, delay in items
         ]
-        explain(f"finish_many: presenting {given} at now={self.now}")
+        explain(call_text("finish_many", {"results": given, "now_ms": self.now}))
         self.count_finish_items(given)
         real_results, spec_results = copy.deepcopy(given), copy.deepcopy(given)
         real_fault, spec_fault = self.fault_hooks(fail_at)
@@ -416,8 +443,10 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: self.model.finish_many(spec_results, self.now, fault=spec_fault),
         )
         self.same_hooks("finish_many", real_fault, spec_fault)
-        assert real_results == given, "worker.finish_many mutated its results"
-        assert spec_results == given, "the model's finish_many mutated its results"
+        assert real_results == given, mutated("finish_many", "results", given, real_results)
+        assert spec_results == given, mutated(
+            "the model's finish_many", "results", given, spec_results
+        )
         if result[0] == "returned":
             for item, status in zip(given, result[1], strict=True):
                 row = self.row(item["ticket"]["id"]) if status == "dead" else None
@@ -508,8 +537,16 @@ class QueueLockstep(RuleBasedStateMachine):
             lambda: real(owner, real_clock, real_send, jitter, **lease),
             lambda: self.model.run_once(owner, spec_clock, spec_send, jitter, **lease),
         )
-        assert real_sends == spec_sends, f"sends differ: {real_sends} vs {spec_sends}"
-        assert real_clock.calls == spec_clock.calls, "clock read a different number of times"
+        side = self.store.label
+        assert real_sends == spec_sends, (
+            f"{verb} sent other deliveries: "
+            f"{listed(value_differences(real_sends, spec_sends, side))}\n"
+            f"  {side} sent: {abbreviated(real_sends)}\n  the model sent: {abbreviated(spec_sends)}"
+        )
+        assert real_clock.calls == spec_clock.calls, (
+            f"{verb} read the clock {real_clock.calls} times on {side}, "
+            f"{spec_clock.calls} on the model"
+        )
         finished_at = readings[1]
         if (
             real_clock.calls == 2
@@ -541,25 +578,8 @@ class QueueLockstep(RuleBasedStateMachine):
     @staticmethod
     def scripted_send(
         behaviour: str, log: list[dict[str, Any]], enqueue_elsewhere: Callable[[], None]
-    ) -> Callable[[dict[str, Any]], object]:
-        def send(delivery: dict[str, Any]) -> object:
-            log.append(dict(delivery))
-            if behaviour == "bad_ack":
-                return 1
-            if behaviour == "retryable":
-                raise worker.Retryable("timeout")
-            if behaviour == "permanent":
-                raise worker.Permanent("rejected")
-            if behaviour == "crash":
-                raise SendCrash("connection reset")
-            if behaviour == "vandal":
-                delivery.clear()
-                delivery.update(id="zzz", qty=999, token=10**9)
-            if behaviour == "enqueue_elsewhere":
-                enqueue_elsewhere()
-            return True
-
-        return send
+    ) -> ScriptedSend:
+        return ScriptedSend(behaviour, log, enqueue_elsewhere)
 
     @rule(
         attempt=ATTEMPTS,
@@ -603,6 +623,7 @@ class QueueLockstep(RuleBasedStateMachine):
                 place(arguments, slot.partition(".")[2], value)
         verb = " & ".join(slot for slot, _ in odds)
         label = generic(odds[0][0]) + (" & 1 more" if len(odds) > 1 else "")
+        explain(call_text(function, real_args, con=function != "retry_delay"))
         real_call = getattr(self.queue, function)
         spec_call = getattr(self.model, function, None) or getattr(model, function)
         if function == "retry_delay":
@@ -681,7 +702,10 @@ class QueueLockstep(RuleBasedStateMachine):
         if result[0] == "returned":
             result[1].close()
         expected = ("raised", "ValueError", refusal_of_path(path))
-        assert result == expected, f"open_queue({path!r}) -> {result}"
+        assert result == expected, (
+            f"open_queue({short_repr(path)}) {outcome_text(result)}, "
+            f"instead of: {outcome_text(expected)}"
+        )
         assert sorted(os.listdir(self.folder)) == before
 
     def open_queue_odd_conninfo(self, conninfo: object) -> None:
@@ -697,7 +721,10 @@ class QueueLockstep(RuleBasedStateMachine):
                 "ValueError",
                 str(model.rules.malformed("conninfo", rule, conninfo)),
             )
-        assert result == expected, f"open_queue({conninfo!r}) -> {result}"
+        assert result == expected, (
+            f"open_queue({short_repr(conninfo)}) {outcome_text(result)}, "
+            f"instead of: {outcome_text(expected)}"
+        )
 
     @rule(
         function=DB_FUNCTION,
@@ -716,7 +743,11 @@ class QueueLockstep(RuleBasedStateMachine):
                 message = str(model.rules.malformed("con", self.store.connection_type, con))
             calls = calls_with(con, self.now) if self.store.name == "sqlite" else self.calls_on(con)
             result = outcome_of(calls[function])
-            assert result == ("raised", "ValueError", message), f"{function}: {result}"
+            expected: Result = ("raised", "ValueError", message)
+            assert result == expected, (
+                f"{function}(con={short_repr(con)}, ...) {outcome_text(result)}, "
+                f"instead of: {outcome_text(expected)}"
+            )
             assert self.store.in_transaction(caller) == (con is caller)
         finally:
             caller.close()
@@ -781,7 +812,10 @@ class QueueLockstep(RuleBasedStateMachine):
         if where == "":
             rule = "a non-empty str (a libpq connection string or URI)"
             expected = ("raised", "ValueError", str(model.rules.malformed("conninfo", rule, "")))
-        assert result == expected, f"run_database in {schema!r}: {result}"
+        assert result == expected, (
+            f"run_database in {schema!r} {outcome_text(result)}, "
+            f"instead of: {outcome_text(expected)}"
+        )
         assert clock.calls == 0
         tables = self.con.execute("SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,))
         assert tables.fetchone()[0] == 0, f"run_database created a table in {schema!r}"
@@ -806,10 +840,7 @@ class QueueLockstep(RuleBasedStateMachine):
 
     def rows_match_model(self, real: dict[str, list[tuple[Any, ...]]]) -> None:
         spec = self.model.rows()
-        if real != spec:
-            explain(f"{self.store.label} rows: {real}")
-            explain(f"model rows:     {spec}")
-        assert real == spec, f"the {self.store.label} rows differ from the model's"
+        assert real == spec, rows_divergence(real, spec, self.store.label)
 
     def no_open_transaction(self) -> None:
         assert not self.store.in_transaction(self.con), "a call left a transaction open"
@@ -817,14 +848,24 @@ class QueueLockstep(RuleBasedStateMachine):
 
     def tokens_never_decrease(self, jobs: dict[str, dict[str, Any]]) -> None:
         for job_id, row in jobs.items():
-            assert row["token"] >= self.highest_token.get(job_id, 0), f"token of {job_id} went down"
+            highest = self.highest_token.get(job_id, 0)
+            assert row["token"] >= highest, (
+                f"token of job {job_id!r} went down: {highest} before, {row['token']} now"
+            )
             self.highest_token[job_id] = row["token"]
 
     def at_most_one_live_ticket(self, jobs: dict[str, dict[str, Any]]) -> None:
         """Also keeps ``self.live``, the live tickets in the order issued, for finish_live."""
         self.live = [ticket for ticket in self.issued if self.is_live(ticket, jobs)]
         live = Counter(ticket["id"] for ticket in self.live)
-        assert all(count <= 1 for count in live.values()), f"several live tickets: {live}"
+        assert all(count <= 1 for count in live.values()), (
+            "several live tickets of one job: "
+            + "; ".join(
+                f"job {job_id!r}: {abbreviated([t for t in self.live if t['id'] == job_id])}"
+                for job_id, count in sorted(live.items())
+                if count > 1
+            )
+        )
 
     def is_live(self, ticket: dict[str, Any], jobs: dict[str, dict[str, Any]]) -> bool:
         """Would finish accept this ticket now? Judged from the SQLite rows alone."""
@@ -837,9 +878,19 @@ class QueueLockstep(RuleBasedStateMachine):
     def done_is_final(self, jobs: dict[str, dict[str, Any]]) -> None:
         for job_id, row in jobs.items():
             if job_id in self.finished:
-                assert row == self.finished[job_id], f"done job {job_id} changed: {row}"
+                before = self.finished[job_id]
+                assert row == before, (
+                    f"done job {job_id!r} changed: "
+                    f"{listed(value_differences(row, before, 'now', 'when done'))}"
+                )
             elif row["status"] == "done":
                 self.finished[job_id] = row
+
+
+def mutated(call: str, argument: str, given: object, after: object) -> str:
+    """The message for a call that changed its argument: what changed, by place."""
+    changes = listed(value_differences(after, given, "after", "given"))
+    return f"{call} mutated its {argument}: {changes}"
 
 
 class PostgresLockstep(QueueLockstep):

@@ -18,6 +18,7 @@ from hypothesis.errors import InvalidArgument
 
 import model
 import worker
+from tests.divergence import abbreviated, clipped_lines
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -28,7 +29,9 @@ __all__ = [
     "InjectedFault",
     "Result",
     "ScriptedClock",
+    "ScriptedSend",
     "SendCrash",
+    "call_text",
     "comparable",
     "explain",
     "outcome_of",
@@ -46,11 +49,22 @@ def supplied(**arguments: object) -> dict[str, Any]:
 
 
 def explain(message: str) -> None:
-    """Attach ``message`` to a failing example; print it when a test replays steps by hand."""
+    """Attach ``message`` to a failing example; print it when a test replays steps by hand.
+
+    Each line is clipped (``tests.divergence.clipped``): the values in it should be
+    ``abbreviated`` already, and no line of a printed program is wider than that."""
+    message = clipped_lines(message)
     try:
         note(message)
     except InvalidArgument:  # outside hypothesis: a regression test calling rules directly
         print(message)
+
+
+def call_text(function: str, arguments: dict[str, Any], con: bool = True) -> str:
+    """The call as made, each value abbreviated: ``finish(con, ticket={...}, outcome='ok',
+    now_ms=-1, delay_ms=0)``; ``con`` says whether a connection comes first."""
+    shown = [f"{name}={abbreviated(value, '    ')}" for name, value in arguments.items()]
+    return f"{function}({', '.join(['con', *shown] if con else shown)})"
 
 
 class InjectedFault(Exception):
@@ -150,6 +164,41 @@ class ScriptedClock:
         reading = self.readings[min(self.calls, len(self.readings) - 1)]
         self.calls += 1
         return reading
+
+    def __repr__(self) -> str:
+        return f"ScriptedClock({self.readings!r})"
+
+
+class ScriptedSend:
+    """A ``send`` that logs each delivery and behaves as ``behaviour`` says (one of
+    ``strategies.SENDS``); ``enqueue_elsewhere`` enqueues through another connection."""
+
+    def __init__(
+        self, behaviour: str, log: list[dict[str, Any]], enqueue_elsewhere: Callable[[], None]
+    ) -> None:
+        self.behaviour = behaviour
+        self.log = log
+        self.enqueue_elsewhere = enqueue_elsewhere
+
+    def __call__(self, delivery: dict[str, Any]) -> object:
+        self.log.append(dict(delivery))
+        if self.behaviour == "bad_ack":
+            return 1
+        if self.behaviour == "retryable":
+            raise worker.Retryable("timeout")
+        if self.behaviour == "permanent":
+            raise worker.Permanent("rejected")
+        if self.behaviour == "crash":
+            raise SendCrash("connection reset")
+        if self.behaviour == "vandal":
+            delivery.clear()
+            delivery.update(id="zzz", qty=999, token=10**9)
+        if self.behaviour == "enqueue_elsewhere":
+            self.enqueue_elsewhere()
+        return True
+
+    def __repr__(self) -> str:
+        return f"ScriptedSend({self.behaviour!r})"
 
 
 OPEN_TRANSACTION = "'con' has an open transaction; finish it before calling the queue"
