@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: test nightly demo fuzz mutants diagram explore bench bench-postgres bench-peers clean
+.PHONY: test nightly demo fuzz mutants diagram explore reference bench bench-postgres bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,10 @@ mutants: $(STAMP)
 diagram: $(STAMP)
 	$(PY) -m model.explore --record docs/state-machine.json
 	$(PY) -m model.diagram
+
+## reference: regenerate the command reference in docs/operations.md from courier/cli.py's parser
+reference: $(STAMP)
+	$(PY) -m courier.reference --write docs/operations.md
 
 ## explore: the bounded model checker of model/ on its default bounds (larger: EXPLORE="--depth 9")
 EXPLORE ?=

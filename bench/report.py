@@ -235,7 +235,7 @@ def performance(results: dict[str, Any]) -> str:
     """docs/performance.md for the run ``results`` (the record of ``bench.perf``)."""
     meta = results["meta"]
     values = {key: meta[key] for key in ("machine", "disk", "sqlite", "python")}
-    values |= {"date": meta["started"][:10], **meta["settings"]}
+    values |= meta["settings"]
     for part in (_settings, _throughput, _peers, _couriers, _slow_states):
         values |= part(results)
     return _fill("performance", values)
