@@ -20,7 +20,8 @@ from bench.limits import raw_fsync
 from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
-from courier.runner import clock_ms, is_busy
+from courier.clock import clock_ms
+from courier.transient import is_busy
 
 __all__ = ["courier", "main", "run", "wal_flushes"]
 

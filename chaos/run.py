@@ -1,7 +1,7 @@
 """One whole soak: the chaos phase, the recovery, then the checker.
 
-``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` as its
-knobs) and the fleet, feeds the intake and follows the schedule until every planned
+``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` plugged
+in) and the fleet, feeds the intake and follows the schedule until every planned
 job was enqueued and none is pending or leased and every forced event has been
 played and shown (``chaos.witness``), or ``config.seconds`` have passed; a forced
 event that finds nothing to act on waits for it instead of being skipped. Then it
@@ -290,8 +290,7 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
         receiver = Receiver(
             paths.inbox,
             host=site.receiver_host,
-            faults=receiver_chaos.fault_for,
-            on_commit=receiver_chaos.on_commit,
+            interference=receiver_chaos.interference(),
         )
         with receiver:
             lock = LockHolder(site.store, counts)
