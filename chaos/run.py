@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.courier_process import Launcher
 from chaos.fleet import Fleet
 from chaos.hosts import Hosts, remove_leftovers
 from chaos.intake import Intake
@@ -294,16 +295,19 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
         )
         with receiver:
             lock = LockHolder(site.store, counts)
+            launcher = Launcher(
+                config=config,
+                queue=site.target,
+                events=paths.events,
+                logs=paths.logs,
+                url=receiver.url,
+                children=children,
+                child=site.child,
+                hosts=site.hosts,
+            )
             fleet = Fleet(
-                config,
-                site.target,
-                paths.events,
-                paths.logs,
-                receiver.url,
-                children,
+                launcher,
                 counts,
-                site.child,
-                site.hosts,
                 lock_held=lambda: lock.held,
                 can_be_taken_over=site.store.can_be_taken_over,
             )
