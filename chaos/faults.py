@@ -19,7 +19,7 @@ from http import HTTPStatus
 
 from courier.delivery_request import Problem
 from courier.inbox import Verdict
-from courier.interference import MAX_REPLY_DELAY_MS
+from courier.interference import MAX_REPLY_DELAY_MS, Intervention
 
 __all__ = ["NO_FAULT", "CommitHook", "Fault", "FaultInjector", "FaultPlan"]
 
@@ -107,7 +107,7 @@ class FaultInjector:
         self.faults = faults
         self.on_commit = on_commit
 
-    def before_apply(self, delivery_id: str, sender: str | None) -> _Faulted:
+    def before_apply(self, delivery_id: str, sender: str | None) -> Intervention:
         """The delivery's fault (``NO_FAULT`` if the plan has none) and the hook."""
         fault = None if self.faults is None else self.faults(delivery_id, sender)
         return _Faulted(delivery_id, sender, NO_FAULT if fault is None else fault, self.on_commit)
