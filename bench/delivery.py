@@ -16,8 +16,12 @@ import worker
 from bench.measure import fleet as start_fleet
 from bench.measure import fleet_totals
 from bench.rows import fill
-from courier.receiver import Inbox, Receiver
-from courier.runner import HttpSend, Limits, clock_ms, run_courier
+from courier.clock import clock_ms
+from courier.delivery import HttpSend
+from courier.inbox import Inbox
+from courier.receiver import Receiver
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
 from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve"]
@@ -137,9 +141,9 @@ def _rounds(step: Callable[[], dict[str, Any] | None], seconds: float) -> dict[s
 
 def _run_courier(path: Path, owner: str, send: HttpSend, seconds: float) -> dict[str, Any]:
     """``run_courier`` with ``courier run``'s defaults for ``seconds``: what it delivered."""
-    limits = Limits(max_runs=10**7, max_seconds=seconds)
+    rules = StopRules(max_runs=10**7, max_seconds=seconds)
     start = time.monotonic()
-    report = run_courier(path, owner, send, lease_ms=LEASE_MS, limits=limits, log=_quiet)
+    report = run_courier(path, owner, send, lease_ms=LEASE_MS, stop_rules=rules, log=_quiet)
     spent = time.monotonic() - start
     done = sum(1 for result in report.results if result["status"] == "done")
     return {

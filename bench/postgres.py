@@ -20,7 +20,8 @@ from bench.measure import add_record_options, fleet, fleet_totals, log, publish,
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from bench.server import Server, postgres_server
-from courier.runner import clock_ms, is_busy
+from courier.clock import clock_ms
+from courier.transient import is_busy
 from tests.stores import Store
 from tests.stores.sqlite import SQLiteStore
 

@@ -41,8 +41,12 @@ The rules of the run:
    contract does not claim to close, reported, never a failure.
 
 The parts, one noun each: ``schedule`` (the plan), ``child`` (a courier child),
-``pgchild`` (a courier child on PostgreSQL), ``fleet`` (the courier processes),
-``receiver`` (the receiver's faults), ``intake`` (the producer), ``operator``
+``pgchild`` (a courier child on PostgreSQL), ``courier_process`` (one courier
+incarnation and how it is started), ``fleet`` (the courier processes, made of
+``roster`` (who runs, reaped and restarted), ``pauses`` (SIGSTOP and SIGCONT),
+``partitions`` (hosts cut off and healed) and ``forced`` (the forced events and
+their witnesses)), ``faults`` (what the receiver's plug-in does to a delivery),
+``receiver`` (the receiver's faults of a run), ``intake`` (the producer), ``operator``
 (redrives and a held write lock), ``store`` (the queue as the supervisor reaches
 it), ``pgserver`` (the PostgreSQL server), ``hosts`` (the simulated hosts),
 ``witness`` (a courier a forced event was done to), ``tally`` (what the chaos

@@ -1,7 +1,7 @@
 """One soak courier, a child process: ``python -m chaos courier QUEUE ...``.
 
 It is ``courier.runner.run_courier`` with an HTTP send, as ``courier run`` is, and
-two additions the checker needs:
+two additions the checker needs, both in its rounds (``RecordedRounds``):
 
 1. An event log (``EventLog``): one JSON line per ``run_once`` result, busy error
    and drill, each flushed before the action it announces, so a SIGKILL loses at
@@ -34,17 +34,13 @@ from typing import Any, TextIO
 import worker
 from chaos.schedule import Drill, parse_drill
 from courier import queueview
+from courier.clock import clock_ms
+from courier.delivery import HttpSend, Send
 from courier.procs import module_command
-from courier.runner import (
-    HttpSend,
-    Limits,
-    Send,
-    StopSignal,
-    clock_ms,
-    is_busy,
-    run_courier,
-    stop_on_signals,
-)
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
+from courier.stop_signal import StopSignal, stop_on_signals
+from courier.transient import is_busy
 
 __all__ = [
     "CourierStart",
@@ -186,21 +182,32 @@ def drill_round(
 
 
 class RecordedRounds:
-    """``run_courier``'s step: ``worker.run_file``, or once armed the drill, each recorded.
+    """A soak courier's rounds on the queue file ``queue`` (``courier.runner.Rounds``):
+    ``worker.run_file``, or once armed the drill, each recorded.
 
-    Every result (``stale`` included) and every busy database error goes to the
-    event log; a busy error is then raised again, so that ``run_courier`` backs off
-    as it always does.
+    Each round opens the file anew and takes no turns (``courier.file_rounds``'
+    kept connection is not what the drill's hooks run on). Every result (``stale``
+    included) and every busy database error goes to the event log; a busy error is
+    then raised again, so that ``run_courier`` backs off as it always does.
     """
 
-    def __init__(self, events: EventLog, drill: Drill | None) -> None:
+    def __init__(self, queue: Path, events: EventLog, drill: Drill | None) -> None:
+        self.queue = queue
         self.events = events
         self.drill = drill
         self.rounds = 0
 
-    def __call__(self, *arguments: Any) -> dict[str, Any] | None:
-        """One round; ``arguments`` are ``run_file``'s (``courier.runner.Step``)."""
+    def now_ms(self) -> int:
+        """The host's wall clock, the queue file's time base."""
+        return clock_ms()
+
+    def round(
+        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+    ) -> list[dict[str, Any]]:
+        """One round with one ``jitter()``: its result, or ``[]`` if nothing was claimable."""
+        drawn = jitter()
         self.rounds += 1
+        arguments = (self.queue, owner, clock_ms, send, drawn, lease_ms)
         try:
             if self.drill is not None and self.rounds >= self.drill.round:
                 hook = DrillHook(self.drill, self.events)
@@ -211,9 +218,17 @@ class RecordedRounds:
             if is_busy(error):
                 self.events.write("busy", detail=str(error))
             raise
-        if result is not None:
-            self.events.write("result", **result)
-        return result
+        if result is None:
+            return []
+        self.events.write("result", **result)
+        return [result]
+
+    def drained(self) -> bool:
+        """True if no job is pending or leased."""
+        return queueview.is_drained(self.queue)
+
+    def close(self) -> None:
+        """Nothing to release: each round opened and closed its own connection."""
 
 
 def add_courier_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -274,7 +289,7 @@ def courier_main(argv: Sequence[str]) -> int:
     events = start.events
     try:
         send = start.announce(args)
-        limits = Limits(
+        rules = StopRules(
             max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
         )
         report = run_courier(
@@ -282,10 +297,10 @@ def courier_main(argv: Sequence[str]) -> int:
             args.owner,
             send,
             lease_ms=args.lease_ms,
-            limits=limits,
+            stop_rules=rules,
             stop=start.stop,
             rng=start.rng.random,
-            step=RecordedRounds(events, start.drill),
+            rounds=RecordedRounds(args.queue, events, start.drill),
         )
         events.write("stop", reason=report.stop_reason, runs=report.runs, busy=report.busy)
     finally:

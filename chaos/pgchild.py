@@ -41,7 +41,7 @@ import pgworker
 import worker
 from chaos.child import CourierStart, DrillHook, EventLog, add_courier_options
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
-from courier.runner import pause
+from courier.stop_signal import pause
 
 __all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
 

@@ -1,7 +1,8 @@
 """The receiver's side of the chaos: per-delivery faults, outages, armed sender actions.
 
-``ReceiverChaos.fault_for`` and ``ReceiverChaos.on_commit`` are the knobs of
-``courier.receiver.Receiver``; they run on its handler threads, under one lock. The
+``ReceiverChaos.fault_for`` and ``ReceiverChaos.on_commit`` are plugged into
+``courier.receiver.Receiver`` by ``interference()`` (a ``chaos.faults.FaultInjector``);
+they run on its handler threads, under one lock. The
 n-th well-formed delivery gets ``chaos.schedule.receiver_fault(seed, n)``. An armed
 event (a kill, a pause or a partition after commit) waits for the next delivery
 that commits, from any courier that may be signalled, and is then fired at that
@@ -17,10 +18,11 @@ import threading
 import time
 from collections import Counter, deque
 
+from chaos.faults import Fault, FaultInjector
 from chaos.fleet import Fleet
 from chaos.schedule import OUTAGE, ChaosEvent, Config, receiver_fault
 from chaos.tally import ChaosCounts
-from courier.receiver import Fault, Verdict
+from courier.inbox import Verdict
 
 __all__ = ["ReceiverChaos"]
 
@@ -71,8 +73,12 @@ class ReceiverChaos:
             self.counts.outages += 1
         return True
 
+    def interference(self) -> FaultInjector:
+        """What the receiver is given: this chaos's faults and commit hook."""
+        return FaultInjector(self.fault_for, self.on_commit)
+
     def fault_for(self, delivery_id: str, sender: str | None) -> Fault | None:
-        """The receiver's ``faults`` knob: an outage's 503, the seed's fault, or none."""
+        """The injector's ``faults``: an outage's 503, the seed's fault, or none."""
         with self._lock:
             if not self._enabled:
                 return None
@@ -91,7 +97,7 @@ class ReceiverChaos:
         return fault
 
     def on_commit(self, delivery_id: str, sender: str | None, verdict: Verdict) -> None:
-        """The receiver's ``on_commit`` knob: fire the oldest armed event at this sender."""
+        """The injector's ``on_commit``: fire the oldest armed event at this sender."""
         with self._lock:
             if not self._enabled or not self._armed or self.fleet is None:
                 return

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.fleet import CourierProcess
+from chaos.courier_process import CourierProcess
 from chaos.schedule import HOOK_POINTS, PAUSE_IN_FLIGHT, Config
 from chaos.tally import ChaosCounts
 from chaos.witness import DRILL

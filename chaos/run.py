@@ -1,7 +1,7 @@
 """One whole soak: the chaos phase, the recovery, then the checker.
 
-``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` as its
-knobs) and the fleet, feeds the intake and follows the schedule until every planned
+``run_soak`` starts the receiver (with ``chaos.receiver.ReceiverChaos`` plugged
+in) and the fleet, feeds the intake and follows the schedule until every planned
 job was enqueued and none is pending or leased and every forced event has been
 played and shown (``chaos.witness``), or ``config.seconds`` have passed; a forced
 event that finds nothing to act on waits for it instead of being skipped. Then it
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.courier_process import Launcher
 from chaos.fleet import Fleet
 from chaos.hosts import Hosts, remove_leftovers
 from chaos.intake import Intake
@@ -290,21 +291,23 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
         receiver = Receiver(
             paths.inbox,
             host=site.receiver_host,
-            faults=receiver_chaos.fault_for,
-            on_commit=receiver_chaos.on_commit,
+            interference=receiver_chaos.interference(),
         )
         with receiver:
             lock = LockHolder(site.store, counts)
+            launcher = Launcher(
+                config=config,
+                queue=site.target,
+                events=paths.events,
+                logs=paths.logs,
+                url=receiver.url,
+                children=children,
+                child=site.child,
+                hosts=site.hosts,
+            )
             fleet = Fleet(
-                config,
-                site.target,
-                paths.events,
-                paths.logs,
-                receiver.url,
-                children,
+                launcher,
                 counts,
-                site.child,
-                site.hosts,
                 lock_held=lambda: lock.held,
                 can_be_taken_over=site.store.can_be_taken_over,
             )

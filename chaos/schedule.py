@@ -21,7 +21,8 @@ import random
 from dataclasses import dataclass
 
 import worker
-from courier.receiver import MAX_REPLY_DELAY_MS, Fault
+from chaos.faults import Fault
+from courier.interference import MAX_REPLY_DELAY_MS
 
 __all__ = [
     "CHAOS_KINDS",

@@ -4,7 +4,7 @@ The intake, the operator, the lock holder and the checker reach the queue only
 through one of these two, so the soak itself is written once:
 
 - ``FileQueue``: ``worker.py`` on a queue file, the host's wall clock
-  (``courier.runner.clock_ms``), "database is locked" as its busy error.
+  (``courier.clock.clock_ms``), "database is locked" as its busy error.
 - ``DatabaseQueue``: ``pgworker.py`` on a PostgreSQL database, the database
   server's clock (``server_now_ms``: every host reads the one time base), and
   no busy error (a PostgreSQL write waits for a lock instead).
@@ -29,8 +29,10 @@ import pgworker
 import worker
 from chaos.schedule import BUSY_TIMEOUT_MS
 from courier import audit, queueview
-from courier.receiver import DELIVERIES_PATH, Inbox
-from courier.runner import clock_ms, is_busy
+from courier.clock import clock_ms
+from courier.delivery_request import DELIVERIES_PATH
+from courier.inbox import Inbox
+from courier.transient import is_busy
 
 __all__ = ["DatabaseQueue", "FileQueue", "Store", "server_now_ms"]
 

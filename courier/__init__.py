@@ -3,12 +3,25 @@
 ``worker.py`` (or, on PostgreSQL, ``pgworker.py``) is the queue; this package is
 everything around it that touches the outside world:
 
-- ``courier.receiver``: the downstream HTTP receiver, whose own SQLite inbox applies
-  each delivery's effect at most once (deduplicated by id and qty);
+- ``courier.receiver``: the downstream HTTP receiver, over its inbox;
+- ``courier.inbox``: the receiver's own SQLite inbox, which applies each delivery's
+  effect at most once (deduplicated by id and qty);
+- ``courier.delivery_request``: what a delivery request must be, and the ``Problem``
+  a request that is not gets;
+- ``courier.interference``: the receiver's one plug-in point (refuse, delay or drop
+  a delivery), and the reply delay that ships;
 - ``courier.delivery``: one delivery over HTTP, and the cause of its answer;
-- ``courier.runner``: the courier loop around ``worker.run_file`` (or
-  ``pgworker.run_once`` on the server's clock) with a real millisecond clock, an
+- ``courier.runner``: the courier loop, round after round of a ``Rounds``, with an
   HTTP ``send`` that keeps each answer's cause, random jitter and bounded backoff;
+- ``courier.file_rounds``: a courier's rounds on a queue file (``worker.run_once``
+  on a kept connection, in turns at writing);
+- ``courier.pg_rounds``: a courier's rounds on PostgreSQL (``pgworker.run_once`` on
+  the server's clock);
+- ``courier.stop_rules``: when a courier stops by itself;
+- ``courier.stop_signal``: SIGINT and SIGTERM as a stop event, and pauses it cuts short;
+- ``courier.transient``: which errors a courier waits out (a busy file, a lost server);
+- ``courier.crash_drill``: a courier that stalls after an acknowledged delivery;
+- ``courier.clock``: the host's wall clock in milliseconds, a queue file's time base;
 - ``courier.backend``: where a queue lives, a SQLite file or a PostgreSQL conninfo;
 - ``courier.queueview``: read-only views of a queue for operators, on either backend;
 - ``courier.attempts``: the attempt log, why each delivery attempt ended as it did;

@@ -29,14 +29,23 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from courier import backend
 from courier.backend import Target
-from courier.runner import Attempt
+from courier.delivery import Cause
 
-__all__ = ["ATTEMPT_COLUMNS", "AttemptLog", "attempts_of", "last_attempts", "sidecar_path"]
+__all__ = [
+    "ATTEMPT_COLUMNS",
+    "Attempt",
+    "AttemptLog",
+    "AttemptSink",
+    "attempts_of",
+    "last_attempts",
+    "sidecar_path",
+]
 
 ATTEMPT_COLUMNS = (
     "seq",
@@ -71,6 +80,31 @@ _SELECT_LAST = f"""SELECT {", ".join(ATTEMPT_COLUMNS)} FROM {TABLE}
 _PG_HAS_TABLE = f"SELECT to_regclass(quote_ident(current_schema()) || '.{TABLE}') IS NOT NULL"
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as the courier saw it: its ticket, when, the outcome and the cause.
+
+    ``outcome`` is how the answer was classified (``ok``, ``retry``, ``permanent``)
+    or ``error`` (``send`` raised something else; the job stays leased); ``status``
+    is what ``finish`` made of it (``done``, ``pending``, ``dead``, ``stale``) or
+    ``leased`` after an error.
+    """
+
+    id: str
+    token: int | None
+    owner: str
+    at_ms: int
+    outcome: str
+    status: str
+    cause: Cause | None
+
+
+class AttemptSink(Protocol):
+    """Where ``courier.runner.run_courier`` puts each attempt (``AttemptLog`` is one)."""
+
+    def record(self, attempt: Attempt) -> None: ...
+
+
 def sidecar_path(queue: Target) -> Path:
     """The attempt log's file beside the queue file ``queue``."""
     path = Path(queue)
@@ -78,7 +112,7 @@ def sidecar_path(queue: Target) -> Path:
 
 
 class AttemptLog:
-    """The writer of one queue's attempt log (``courier.runner.AttemptSink``).
+    """The writer of one queue's attempt log (an ``AttemptSink``).
 
     Keeps its own connection: the sidecar file's, or a second connection to the
     PostgreSQL database (the courier's queue connection is never in a transaction

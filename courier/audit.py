@@ -35,8 +35,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from courier.delivery_request import DELIVERIES_PATH
+from courier.inbox import Inbox
 from courier.queueview import read_queue
-from courier.receiver import DELIVERIES_PATH, Inbox
 
 __all__ = ["Audit", "Files", "audit_files", "check", "read_files"]
 

@@ -24,7 +24,7 @@ rules this module keeps:
    statements are constants; no value is ever put into SQL text.
 6. On PostgreSQL, time is the database server's clock (``server_clock_ms``), so
    couriers on many hosts judge leases on one time base; on SQLite it is the
-   host's wall clock (``courier.runner.clock_ms``), which all processes on the one
+   host's wall clock (``courier.clock.clock_ms``), which all processes on the one
    host share.
 """
 

@@ -68,16 +68,14 @@ from courier.commands.services import (
     cmd_run,
     cmd_serve,
     cmd_web,
-    run_limits,
     run_options,
     serve_options,
     web_options,
 )
 
 # now_ms and when are courier.commands'; they are named here too, where callers found
-# them before the split (as is _run_limits, which tests/processes/test_cli.py reads).
+# them before the split.
 __all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_PIPE", "EXIT_USAGE", "main", "now_ms", "when"]
-_run_limits = run_limits
 
 DESCRIPTION = """\
 Operate a lease-queue: a durable job queue in one SQLite file or one PostgreSQL

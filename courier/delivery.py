@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "RETRYABLE_4XX",
     "Cause",
     "HttpSend",
+    "Send",
     "cause_of",
     "classify_status",
     "describe_cause",
@@ -49,6 +51,9 @@ MAX_RESPONSE_BYTES = 65536
 EXCERPT_CHARS = 200
 REUSE_IDLE_S = 1.0  # well under the receiver's idle timeout (its read_timeout_s, 5 s)
 RETRYABLE_4XX = frozenset({408, 429})
+
+Send = Callable[[dict[str, Any]], bool]
+"""A courier's ``send``, as the queue's ``run_once`` calls it (``HttpSend`` is one)."""
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from typing import Any
 from courier import backend, queueview
 from courier import backend as _backend
 from courier.audit import Audit, audit_files
+from courier.clock import clock_ms
 from courier.procs import Children, courier_command, wait_for_report
 from courier.receiver import Receiver
-from courier.runner import clock_ms
 
 __all__ = ["KILL_AFTER", "LEASE_MS", "ORDERS", "run_demo"]
 

@@ -24,6 +24,7 @@ __all__ = [
     "connect_existing",
     "dead_jobs",
     "find_jobs",
+    "is_drained",
     "job",
     "job_rows",
     "leased_ticket",
@@ -173,6 +174,18 @@ def unfinished_count(con: Connection) -> int:
     """The number of jobs still ``pending`` or ``leased``."""
     row = _one(con, _COUNT_UNFINISHED)
     return int(row[0]) if row else 0
+
+
+def is_drained(target: Target) -> bool:
+    """True if no job of the existing queue at ``target`` is pending or leased.
+
+    Opens and closes a connection of its own; raises as ``connect_existing`` does.
+    """
+    con = connect_existing(target)
+    try:
+        return unfinished_count(con) == 0
+    finally:
+        con.close()
 
 
 def next_due(con: Connection, now_ms: int) -> tuple[dict[str, Any] | None, int]:

@@ -42,9 +42,10 @@ from typing import Any
 from courier import backend, bulk, queueview
 from courier.attempts import attempts_of
 from courier.backend import Target
+from courier.clock import clock_ms
 from courier.commands.output import when
 from courier.commands.redrive import redrive_one
-from courier.runner import clock_ms, stop_on_signals
+from courier.stop_signal import stop_on_signals
 
 __all__ = ["WebPage", "is_loopback", "serve_web"]
 

@@ -13,7 +13,7 @@ from courier.audit import Audit, audit_files
 from courier.backend import Target
 from courier.commands.options import integer, json_option, option, queue_arg
 from courier.commands.output import EXIT_ERROR, EXIT_OK, inbox_totals, out, print_json, when
-from courier.receiver import Inbox
+from courier.inbox import Inbox
 
 __all__ = ["audit_options", "cmd_audit", "cmd_demo", "cmd_inbox", "demo_options", "inbox_options"]
 

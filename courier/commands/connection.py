@@ -12,7 +12,7 @@ from typing import Any
 
 from courier import backend, queueview
 from courier.backend import Target
-from courier.runner import clock_ms
+from courier.clock import clock_ms
 
 __all__ = ["known_status", "now_ms", "open_existing_queue", "with_queue"]
 

@@ -52,7 +52,7 @@ def when(ms: int | None) -> str:
 
 
 def inbox_totals(summary: dict[str, Any]) -> str:
-    """The totals of a receiver's inbox (``courier.receiver.Inbox.summary``), one line."""
+    """The totals of a receiver's inbox (``courier.inbox.Inbox.summary``), one line."""
     return (
         f"{summary['requests']} requests, {summary['effects']} effects, "
         f"{summary['inbox_rows']} inbox rows, total qty {summary['total_qty']}"

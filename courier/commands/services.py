@@ -26,16 +26,21 @@ from courier.commands.options import (
     queue_arg,
 )
 from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
+from courier.crash_drill import StallAfterAcks
+from courier.delivery import HttpSend
+from courier.interference import ReplyDelay
 from courier.receiver import Receiver
-from courier.runner import HttpSend, Limits, StallAfterAcks, run_courier, stop_on_signals
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
+from courier.stop_signal import stop_on_signals
 
 __all__ = [
     "cmd_run",
     "cmd_serve",
     "cmd_web",
     "default_timeout_ms",
-    "run_limits",
     "run_options",
+    "run_stop_rules",
     "send_timeout_ms",
     "serve_options",
     "web_options",
@@ -109,7 +114,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the receiver until Ctrl-C, SIGTERM or ``--max-seconds``; print its totals."""
     try:
         receiver = Receiver(
-            args.inbox, host=args.host, port=args.port, reply_delay_ms=args.reply_delay_ms, log=out
+            args.inbox,
+            host=args.host,
+            port=args.port,
+            log=out,
+            interference=ReplyDelay(args.reply_delay_ms),
         )
     except OSError as error:
         if isinstance(error, FileNotFoundError | IsADirectoryError | NotADirectoryError):
@@ -129,8 +138,9 @@ def default_timeout_ms(lease_ms: int) -> int:
     return max(1, lease_ms * 3 // 4)
 
 
-def run_limits(args: argparse.Namespace) -> Limits:
-    """The courier's limits from ``run``'s options (``--forever``: no round or time limit).
+def run_stop_rules(args: argparse.Namespace) -> StopRules:
+    """The courier's stop rules from ``run``'s "limits" options (``--forever``: no round
+    or time limit).
 
     Raises:
         ValueError: ``--forever`` with ``--max-runs`` or ``--max-seconds``.
@@ -138,13 +148,13 @@ def run_limits(args: argparse.Namespace) -> Limits:
     if args.forever and (args.max_runs is not None or args.max_seconds is not None):
         raise ValueError("--forever has no round or time limit: drop --max-runs/--max-seconds")
     if args.forever:
-        return Limits(
+        return StopRules(
             max_runs=None,
             max_seconds=None,
             max_idle_ms=args.max_idle_ms,
             until_drained=args.until_drained,
         )
-    return Limits(
+    return StopRules(
         max_runs=10_000 if args.max_runs is None else args.max_runs,
         max_seconds=60.0 if args.max_seconds is None else args.max_seconds,
         max_idle_ms=args.max_idle_ms,
@@ -174,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     lease_ms = checked_ms("--lease-ms", args.lease_ms, MAX_LEASE_MS)
     timeout_ms = send_timeout_ms(args)
     owner = bulk.check_id("--owner", args.owner)
-    limits = run_limits(args)
+    rules = run_stop_rules(args)
     backend.connect_existing(args.queue).close()  # never a queue made from a typo
     http = HttpSend(args.url, owner, timeout_ms)
     send: Callable[[dict[str, Any]], bool] = http
@@ -195,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             owner,
             send,
             lease_ms=lease_ms,
-            limits=limits,
+            stop_rules=rules,
             stop=stop,
             log=out,
             attempts=attempts,

@@ -31,7 +31,9 @@ import psycopg
 
 import pgworker
 import worker
-from courier.runner import HttpSend, clock_ms, is_busy
+from courier.clock import clock_ms
+from courier.delivery import HttpSend
+from courier.transient import is_busy
 
 NOW = 1_000_000
 TTL_MS = 60_000
@@ -259,7 +261,7 @@ def pg_courier(
     """A courier on PostgreSQL: ``pgworker.run_database`` rounds over real HTTP until
     nothing is pending or leased (or ``max_seconds``), one log line per result.
 
-    With ``stall_after_acks`` it is the crash drill of ``courier.runner.StallAfterAcks``:
+    With ``stall_after_acks`` it is the crash drill of ``courier.crash_drill.StallAfterAcks``:
     after that many acknowledged deliveries it writes ``{"pid", "ticket"}`` (the
     ticket it held, read before sending) to ``report_path`` and sleeps
     ``stall_seconds``, the moment for a supervisor to SIGKILL it.

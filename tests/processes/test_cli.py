@@ -25,9 +25,10 @@ import pytest
 import worker
 from courier import queueview
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from courier.clock import clock_ms
+from courier.delivery_request import RequestLine
+from courier.inbox import Inbox
 from courier.procs import Children, courier_command, project_root
-from courier.receiver import Inbox, RequestLine
-from courier.runner import clock_ms
 
 COMMANDS = [
     "init",
@@ -584,16 +585,17 @@ def test_status_watch_redraws_and_every_reading_command_has_json(
 
 
 def test_run_forever_has_no_day_cap_and_refuses_a_cap_beside_it(queue: Path) -> None:
-    from courier.cli import _run_limits, build_parser
+    from courier.cli import build_parser
+    from courier.commands.services import run_stop_rules
 
     args = build_parser().parse_args(
         ["run", str(queue), "--url", "http://x/", "--owner", "c1", "--forever"]
     )
-    limits = _run_limits(args)
-    assert (limits.max_runs, limits.max_seconds) == (None, None)
+    rules = run_stop_rules(args)
+    assert (rules.max_runs, rules.max_seconds) == (None, None)
     args.max_seconds = 5.0
     with pytest.raises(ValueError, match="--forever"):
-        _run_limits(args)
+        run_stop_rules(args)
 
 
 def test_the_readme_snippet_runs_as_printed(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ fails in one line that names the host and hides the password.
 from __future__ import annotations
 
 import json
+import sys
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,15 @@ import pytest
 from psycopg import conninfo as libpq
 
 import pgworker
-from courier import backend, runner
+from courier import backend
 from courier.attempts import attempts_of
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from courier.clock import clock_ms
+from courier.delivery import HttpSend
+from courier.pg_rounds import PgRounds
 from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import HttpSend
+from courier.transient import is_transient
 from tests.processes.test_cli import dead_job, demo_story
 from tests.processes.test_courier import drain
 
@@ -135,7 +139,9 @@ def test_the_courier_judges_leases_on_the_servers_clock(
         assert pgworker.enqueue(con, {"id": "a", "qty": 1}, backend.server_clock_ms(con), 30_000)
     finally:
         con.close()
-    monkeypatch.setattr(runner, "clock_ms", lambda: 1)
+    for name, module in list(sys.modules.items()):  # every courier module's view of it
+        if name.partition(".")[0] == "courier" and getattr(module, "clock_ms", None) is clock_ms:
+            monkeypatch.setattr(module, "clock_ms", lambda: 1)
     before = server_now(pg_conninfo)
     report = drain(pg_conninfo, receiver.url)
     assert report.stop_reason == "drained"
@@ -233,14 +239,14 @@ def test_the_web_page_reads_a_postgres_queue(pg_conninfo: str) -> None:
 def test_a_courier_that_lost_its_server_connection_connects_again(
     pg_conninfo: str, pg_server: Any
 ) -> None:
-    rounds = runner.PgRounds(pg_conninfo)
+    rounds = PgRounds(pg_conninfo)
     try:
         first = rounds.now_ms()
         (pid,) = rounds.connection().execute("SELECT pg_backend_pid()").fetchall()[0]
         pg_server.con.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(psycopg.OperationalError) as lost:
             rounds.now_ms()
-        assert runner.is_transient(lost.value)  # the courier backs off instead of dying
+        assert is_transient(lost.value)  # the courier backs off instead of dying
         assert rounds.now_ms() >= first  # and the next round has a new connection
     finally:
         rounds.close()

@@ -21,17 +21,14 @@ import pytest
 
 import worker
 from courier.attempts import AttemptLog
+from courier.clock import clock_ms
+from courier.delivery import HttpSend, classify_status
+from courier.file_rounds import FileRounds
+from courier.interference import ReplyDelay
 from courier.procs import Children, courier_command, project_root
 from courier.receiver import Receiver
-from courier.runner import (
-    CourierReport,
-    FileRounds,
-    HttpSend,
-    Limits,
-    classify_status,
-    clock_ms,
-    run_courier,
-)
+from courier.runner import CourierReport, run_courier
+from courier.stop_rules import StopRules
 
 WAIT_S = 20.0
 
@@ -61,7 +58,7 @@ def drain(target: Path | str, url: str, *, record_attempts: bool = False) -> Cou
             target,
             "c1",
             HttpSend(url, "c1"),
-            limits=Limits(max_seconds=WAIT_S, until_drained=True),
+            stop_rules=StopRules(max_seconds=WAIT_S, until_drained=True),
             log=lambda line: None,
             attempts=attempts,
         )
@@ -170,7 +167,7 @@ def test_a_timeout_after_the_commit_is_retried_and_the_inbox_absorbs_the_resend(
     tmp_path: Path,
 ) -> None:
     queue = queue_of(tmp_path, "slow", qty=3)
-    with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=400) as receiver:
+    with Receiver(tmp_path / "inbox.sqlite", interference=ReplyDelay(400)) as receiver:
         impatient = HttpSend(receiver.url, "c1", timeout_ms=100)
         first = worker.run_file(queue, "c1", clock_ms, impatient, 0.0)
         assert first == {"id": "slow", "token": 1, "status": "pending"}
@@ -180,7 +177,7 @@ def test_a_timeout_after_the_commit_is_retried_and_the_inbox_absorbs_the_resend(
             queue,
             "c1",
             patient,
-            limits=Limits(max_seconds=WAIT_S, until_drained=True),
+            stop_rules=StopRules(max_seconds=WAIT_S, until_drained=True),
             log=lambda line: None,
         )
         summary = receiver.inbox.summary()
@@ -197,7 +194,7 @@ def test_run_courier_stops_when_idle_for_long_enough(tmp_path: Path, receiver: R
         queue,
         "c1",
         HttpSend(receiver.url, "c1"),
-        limits=Limits(max_seconds=WAIT_S, max_idle_ms=300),
+        stop_rules=StopRules(max_seconds=WAIT_S, max_idle_ms=300),
         log=lambda line: None,
     )
     assert report.stop_reason == "idle"
@@ -275,7 +272,7 @@ def test_ctrl_c_during_a_hung_delivery_says_so_and_a_second_one_exits_130(
     queue = queue_of(tmp_path, "slow", ttl_ms=60_000)
     log = tmp_path / "c1.log"
     # The answer comes only after 3 s (the hung delivery); the test is over long before.
-    with Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=3000) as hung:
+    with Receiver(tmp_path / "inbox.sqlite", interference=ReplyDelay(3000)) as hung:
         argv: list[str | Path] = ["run", queue, "--url", hung.url, "--owner", "c1"]
         argv += ["--lease-ms", "30000"]
         courier = children.start(courier_command(*argv, "--max-seconds", str(WAIT_S)), log)
@@ -333,7 +330,7 @@ def test_a_courier_with_no_round_or_time_limit_runs_until_a_limit_it_was_given(
         queue,
         "c1",
         HttpSend(receiver.url, "c1"),
-        limits=Limits(max_runs=None, max_seconds=None, max_idle_ms=300),
+        stop_rules=StopRules(max_runs=None, max_seconds=None, max_idle_ms=300),
         log=lambda line: None,
     )
     assert report.stop_reason == "idle" and report.runs > 1
@@ -346,7 +343,7 @@ def test_a_refused_connection_and_a_timeout_are_told_apart(tmp_path: Path) -> No
         HttpSend(url, "c1", timeout_ms=2000)({"id": "a", "qty": 1})
     assert refused.value.courier_cause.kind == "connection"  # type: ignore[attr-defined]
     with (
-        Receiver(tmp_path / "slow.sqlite", reply_delay_ms=1000) as slow,
+        Receiver(tmp_path / "slow.sqlite", interference=ReplyDelay(1000)) as slow,
         pytest.raises(worker.Retryable) as late,
     ):
         HttpSend(slow.url, "c1", timeout_ms=200)({"id": "a", "qty": 1})
@@ -365,6 +362,10 @@ def sqlite_tables(path: Path) -> set[str]:
         con.close()
 
 
+def no_jitter() -> float:
+    return 0.0
+
+
 def test_rounds_on_a_file_follow_the_file_at_the_path(tmp_path: Path) -> None:
     queue = tmp_path / "queue.sqlite"
     delivered: list[str] = []
@@ -381,11 +382,11 @@ def test_rounds_on_a_file_follow_the_file_at_the_path(tmp_path: Path) -> None:
             assert worker.enqueue(con, {"id": name, "qty": 1}, clock_ms(), 30_000)
             con.close()
             partial.replace(queue)
-            assert rounds(queue, "c1", clock_ms, send, 0.0, 1000) is not None
-            assert rounds(queue, "c1", clock_ms, send, 0.0, 1000) is None
+            assert rounds.round("c1", send, no_jitter, 1000) != []
+            assert rounds.round("c1", send, no_jitter, 1000) == []
         queue.unlink()
         with pytest.raises(FileNotFoundError):
-            rounds(queue, "c1", clock_ms, send, 0.0, 1000)
+            rounds.round("c1", send, no_jitter, 1000)
     finally:
         rounds.close()
     assert delivered == ["first", "second"]
@@ -413,17 +414,17 @@ def test_a_round_writes_in_its_turn_and_sends_out_of_it(tmp_path: Path) -> None:
         return True
 
     rounds = FileRounds(queue)
-    results: list[dict[str, object] | None] = []
+    results: list[dict[str, object]] = []
     free_between: list[bool] = []
     opened, go = threading.Event(), threading.Event()
 
     def two_rounds() -> None:  # a connection is used and closed on the thread that made it
         try:
-            results.append(rounds(queue, "c1", clock_ms, send, 0.0, 1000))
+            results.extend(rounds.round("c1", send, no_jitter, 1000))
             free_between.append(_turn_is_free(queue))  # given back when the round ends
             opened.set()
             if go.wait(WAIT_S):
-                results.append(rounds(queue, "c1", clock_ms, send, 0.0, 1000))
+                results.extend(rounds.round("c1", send, no_jitter, 1000))
         finally:
             rounds.close()
 
@@ -441,5 +442,5 @@ def test_a_round_writes_in_its_turn_and_sends_out_of_it(tmp_path: Path) -> None:
     finally:
         go.set()
         os.close(other)
-    assert [result["id"] for result in results if result is not None] == ["a", "b"]
+    assert [result["id"] for result in results] == ["a", "b"]
     assert free_while_sending == [True, True] and free_between == [True]

@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
-from courier.receiver import MAX_BODY_BYTES, Inbox, Receiver
+from courier.delivery_request import MAX_BODY_BYTES
+from courier.inbox import Inbox
+from courier.interference import ReplyDelay
+from courier.receiver import Receiver
 
 AUTO = "auto"  # Content-Length computed from the body
 GOOD = b'{"id": "a", "qty": 1}'
@@ -238,7 +241,7 @@ def test_a_body_cut_short_is_400(seeded: Receiver) -> None:
 
 def test_stop_joins_every_thread_and_closes_the_socket(tmp_path: Path) -> None:
     threads_before = threading.active_count()
-    receiver = Receiver(tmp_path / "inbox.sqlite", reply_delay_ms=200).start()
+    receiver = Receiver(tmp_path / "inbox.sqlite", interference=ReplyDelay(200)).start()
     answers: list[tuple[int, dict[str, Any]]] = []
     slow = threading.Thread(target=lambda: answers.append(post(receiver, GOOD)))
     slow.start()

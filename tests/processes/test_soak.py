@@ -32,12 +32,14 @@ import worker
 from chaos import report as soak_report
 from chaos import schedule
 from chaos.child import chaos_command, sender_name, sender_pid
+from chaos.faults import Fault, FaultInjector
 from chaos.tally import ChaosCounts
 from chaos.witness import DRILL, EventTail
 from courier.audit import Files
+from courier.delivery import HttpSend
+from courier.inbox import Inbox
 from courier.procs import Children
-from courier.receiver import Fault, Inbox, Receiver
-from courier.runner import HttpSend
+from courier.receiver import Receiver
 from tests.profiles import profile_name
 
 LONG = profile_name() == "nightly"
@@ -406,7 +408,7 @@ def test_an_injected_error_status_is_classified_and_changes_nothing(tmp_path: Pa
     def faults(job_id: str, sender: str | None) -> Fault:
         return Fault(status=next(statuses))
 
-    with Receiver(tmp_path / "inbox.sqlite", faults=faults) as receiver:
+    with Receiver(tmp_path / "inbox.sqlite", interference=FaultInjector(faults)) as receiver:
         send = HttpSend(receiver.url, "c1-p1")
         with pytest.raises(worker.Retryable, match="503"):
             send({"id": "a", "qty": 1})
@@ -422,11 +424,11 @@ def test_a_dropped_answer_after_the_commit_is_retryable_and_the_effect_stays(
     tmp_path: Path,
 ) -> None:
     committed: list[tuple[str, str | None, str]] = []
-    with Receiver(
-        tmp_path / "inbox.sqlite",
+    injector = FaultInjector(
         faults=lambda job_id, sender: Fault(drop=True),
         on_commit=lambda job_id, sender, verdict: committed.append((job_id, sender, verdict)),
-    ) as receiver:
+    )
+    with Receiver(tmp_path / "inbox.sqlite", interference=injector) as receiver:
         send = HttpSend(receiver.url, "c1-p1")
         for _ in range(2):
             with pytest.raises(worker.Retryable):
@@ -444,7 +446,7 @@ def test_on_commit_runs_after_the_commit_and_before_the_answer(tmp_path: Path) -
     def on_commit(job_id: str, sender: str | None, verdict: str) -> None:
         seen.append((inbox.summary()["effects"], len(answers)))
 
-    with Receiver(inbox.path, on_commit=on_commit) as receiver:
+    with Receiver(inbox.path, interference=FaultInjector(on_commit=on_commit)) as receiver:
         answers.append(HttpSend(receiver.url, "c1")({"id": "a", "qty": 1}))
     assert seen == [(1, 0)] and answers == [True]
 

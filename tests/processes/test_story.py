@@ -21,9 +21,9 @@ from typing import Any
 import worker
 from courier import queueview
 from courier.audit import audit_files
+from courier.clock import clock_ms
 from courier.procs import Children, courier_command, wait_for_report
 from courier.receiver import Receiver
-from courier.runner import clock_ms
 
 LEASE_MS = 1000
 TTL_MS = 30_000

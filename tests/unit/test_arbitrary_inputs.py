@@ -53,7 +53,7 @@ from hypothesis import strategies as st
 import pgworker
 import worker
 from chaos import operator
-from courier import queueview, receiver
+from courier import inbox, queueview
 from courier.commands import redrive
 from model.rules import ARGUMENT_RULES, MAX_TIME_MS
 from tests import support
@@ -612,7 +612,7 @@ def test_a_pathlike_that_returns_no_path_is_a_value_error(function: str) -> None
 
 # --- SQL is never built from values -------------------------------------------------------
 
-SQL_MODULES: list[ModuleType] = [worker, pgworker, queueview, receiver, redrive, operator]
+SQL_MODULES: list[ModuleType] = [worker, pgworker, queueview, inbox, redrive, operator]
 SQL_METHODS = frozenset({"execute", "executemany", "executescript"})
 PLACEHOLDER = re.compile(r"\?|[:@$][A-Za-z_]")
 

@@ -21,9 +21,10 @@ import pytest
 import worker
 from courier import queueview
 from courier.cli import main
+from courier.clock import clock_ms
+from courier.delivery import HttpSend
 from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import HttpSend, clock_ms
 from tests.processes.test_courier import drain
 from tests.web.webdriver import Browser
 
