@@ -106,7 +106,7 @@ def test_its_trace_replays_on_worker_py_and_catches_the_bug_there(
     monkeypatch.undo()
     replays_in_the_lockstep(program, "token")
     plant(TokenResetOnRedrive)
-    with pytest.raises(AssertionError, match="redrive: the rows differ at after-redrive"):
+    with pytest.raises(AssertionError, match="redrive at after-redrive: rows differ"):
         replays_in_the_lockstep(program, "token")
 
 

@@ -89,7 +89,7 @@ def run_scheduled(program: Program, store: Store, policy: Policy) -> Run:
     ``policy`` chooses; the records, the rows and the realized schedule."""
     target = store.fresh("program")
     try:
-        scheduler = Scheduler(store, target, policy)
+        scheduler = Scheduler(store, target, policy, policy.explicit)
         recorder = Recorder()
         tickets: Tickets = {}
         con = store.connect(target)
@@ -114,8 +114,7 @@ def run_scheduled(program: Program, store: Store, policy: Policy) -> Run:
             scheduler.run(branches, body)
         for lane, index in scheduler.waits:
             recorder.records[(lane, index)].waited = True
-        schedule = getattr(policy, "text", "")
         rows = store.rows_at(target)
-        return Run(program, recorder.in_order(), rows, recorder.skipped, schedule=schedule)
+        return Run(program, recorder.in_order(), rows, recorder.skipped, schedule=policy.text)
     finally:
         store.remove(target)

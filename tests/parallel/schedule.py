@@ -3,7 +3,10 @@
 A schedule is data. The scheduler (``tests.parallel.scheduler``) asks a *policy* at
 every step which of the branches that can run takes the next turn, and the run's
 realized schedule is the sequence of those choices, written as a string of branch
-numbers (``"1121"``: b1, b1, b2, b1). Replaying that string makes the same run.
+numbers (``"1121"``: b1, b1, b2, b1). Replaying that string makes the same run. On
+PostgreSQL a schedule may also say ``explicit``: the branches' connections are not in
+autocommit, so every write is a transaction of its own with a step before its COMMIT
+(``PostgresStore.scheduled_connect``); it is written first (``"explicit 1121"``).
 
 Policies:
 
@@ -32,8 +35,18 @@ from hypothesis import strategies as st
 SWITCH_RATES = (0.05, 0.2, 0.5, 0.02, 0.8)
 
 
+EXPLICIT = "explicit"
+
+
 class Policy(Protocol):
     """Chooses the branch of each step."""
+
+    explicit: bool  # the branches' writes are explicit transactions (see the docstring)
+
+    @property
+    def text(self) -> str:
+        """The realized schedule so far, as it is written."""
+        ...
 
     def choose(self, lanes: list[str], step: int) -> str:
         """The lane (``b1``...) to run at step ``step`` among ``lanes``, those that can."""
@@ -59,6 +72,7 @@ class Recorder:
 
     steps: list[str] = field(default_factory=list)
     last: str | None = None
+    explicit: bool = False
 
     def made(self, lane: str, effective: bool) -> None:
         if effective:
@@ -67,7 +81,7 @@ class Recorder:
 
     @property
     def text(self) -> str:
-        return "".join(self.steps)
+        return written(self.explicit, "".join(self.steps))
 
 
 @dataclass
@@ -75,6 +89,12 @@ class Replay(Recorder):
     """The choices of ``schedule`` (a string of branch numbers), one per effective step."""
 
     schedule: str = ""
+
+    @classmethod
+    def of(cls, text: str) -> Replay:
+        """The replay of a schedule as it is written (``parse``)."""
+        explicit, steps = parse(text)
+        return cls(explicit=explicit, schedule=steps)
 
     def choose(self, lanes: list[str], step: int) -> str:
         done = len(self.steps)
@@ -125,31 +145,50 @@ class Forced(Recorder):
 
 @dataclass(frozen=True)
 class Schedule:
-    """A random schedule as hypothesis draws it: a switch rate and the random choices."""
+    """A random schedule as hypothesis draws it: a switch rate, the random choices and
+    whether writes are explicit transactions."""
 
     switch: float
     random: stdlib_random.Random
+    explicit: bool = False
 
     def policy(self) -> Random:
-        return Random(switch=self.switch, random=self.random)
+        return Random(switch=self.switch, random=self.random, explicit=self.explicit)
 
     def __repr__(self) -> str:
-        return f"Schedule(switch={self.switch})"
+        return f"Schedule(switch={self.switch}, explicit={self.explicit})"
 
 
-def schedules() -> st.SearchStrategy[Schedule]:
-    """A random schedule whose choices hypothesis shrinks with the program."""
-    return st.builds(Schedule, st.sampled_from(SWITCH_RATES), st.randoms(use_true_random=False))
+def schedules(explicit: st.SearchStrategy[bool] | None = None) -> st.SearchStrategy[Schedule]:
+    """A random schedule whose choices hypothesis shrinks with the program (``explicit``:
+    whether writes are explicit transactions; never, unless a strategy is given)."""
+    return st.builds(
+        Schedule,
+        st.sampled_from(SWITCH_RATES),
+        st.randoms(use_true_random=False),
+        explicit if explicit is not None else st.just(False),
+    )
 
 
-def parse(text: str) -> str:
-    """A printed schedule back as choices: branch numbers, spaces and dots ignored."""
-    steps = "".join(char for char in text if char not in " ._")
-    if not steps or not steps.isdigit() or "0" in steps:
-        raise ValueError(f"a schedule is a string of branch numbers 1-9, got {text!r}")
-    return steps
+def written(explicit: bool, steps: str) -> str:
+    """A schedule as it is written: ``explicit`` first if so, then the branch numbers."""
+    return f"{EXPLICIT} {steps}" if explicit else steps
 
 
-def shown(steps: str) -> str:
-    """A schedule as printed: branch numbers in groups of ten, for counting steps."""
-    return " ".join(steps[i : i + 10] for i in range(0, len(steps), 10))
+def parse(text: str) -> tuple[bool, str]:
+    """A written schedule back as ``(explicit, choices)``: branch numbers, with spaces
+    and dots ignored, after an optional ``explicit``."""
+    rest = text.strip()
+    explicit = rest.startswith(EXPLICIT)
+    steps = "".join(char for char in rest.removeprefix(EXPLICIT) if char not in " ._")
+    if not steps.isdigit() or "0" in steps:
+        raise ValueError(
+            f"a schedule is branch numbers 1-9 after an optional {EXPLICIT!r}, got {text!r}"
+        )
+    return explicit, steps
+
+
+def shown(text: str) -> str:
+    """A written schedule with its branch numbers in groups of ten, for counting steps."""
+    explicit, steps = parse(text)
+    return written(explicit, " ".join(steps[i : i + 10] for i in range(0, len(steps), 10)))

@@ -147,8 +147,9 @@ class Scheduler:
     ``body(branch, gate)`` makes its calls; ``tick()`` is the logical clock of the records.
     """
 
-    def __init__(self, store: Store, target: str, policy: Policy) -> None:
+    def __init__(self, store: Store, target: str, policy: Policy, explicit: bool = False) -> None:
         self.store = store
+        self.explicit = explicit
         self.target = target
         self.policy = policy
         self.cond = threading.Condition()
@@ -206,7 +207,7 @@ class Scheduler:
         try:
             for branch in branches:
                 gate = Gate(self, branch)
-                branch.con = self.store.scheduled_connect(self.target, gate)
+                branch.con = self.store.scheduled_connect(self.target, gate, self.explicit)
                 branch.pid = self.store.server_pid(branch.con)
                 branch.thread = threading.Thread(
                     target=self._thread, args=(branch, gate, body), daemon=True

@@ -157,10 +157,12 @@ class Store:
 
     # --- under the controlled scheduler (tests/parallel/scheduler.py) -------------------
 
-    def scheduled_connect(self, target: str, gate: Any) -> Any:
+    def scheduled_connect(self, target: str, gate: Any, explicit: bool = False) -> Any:
         """A connection to the queue at ``target`` on which every statement first waits
         for its turn at ``gate`` (``gate.point``), and on which a statement that would
-        wait for a lock is reported to the gate instead of waiting out a timeout."""
+        wait for a lock is reported to the gate instead of waiting out a timeout.
+        ``explicit``: a connection on which every write is a transaction of its own
+        with a step before its COMMIT, where the kind has that choice."""
         raise NotImplementedError
 
     def monitor(self, target: str) -> Any:

@@ -122,11 +122,21 @@ class PostgresStore(Store):
         names = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
         return ", ".join(f"{name}={con.execute(f'SHOW {name}').fetchone()[0]}" for name in names)
 
-    def scheduled_connect(self, target: str, gate: Any) -> psycopg.Connection[Any]:
+    def scheduled_connect(
+        self, target: str, gate: Any, explicit: bool = False
+    ) -> psycopg.Connection[Any]:
         """open_queue's connection (autocommit, READ COMMITTED) whose statements and
-        transactions take turns at ``gate`` (``_ScheduledConnection``)."""
+        transactions take turns at ``gate`` (``_ScheduledConnection``).
+
+        A write that is one statement runs as its own transaction on an autocommit
+        connection, so under the scheduler no other statement can run while it holds
+        its locks, where a server running two couriers' statements at once can.
+        ``explicit`` hands pgworker a connection that is not in autocommit (a borrowed
+        connection it supports): every write is then ``BEGIN``, its statement, and a
+        step before ``COMMIT`` while its row locks are held."""
         con = _ScheduledConnection.connect(target, autocommit=True)
         con.execute("SET default_transaction_isolation = 'read committed'")
+        con.autocommit = not explicit
         con.gate = gate
         con.cursor_factory = _ScheduledCursor
         return con

@@ -87,10 +87,13 @@ class SQLiteStore(Store):
         journal, sync = pragmas(con)
         return f"journal_mode={journal.lower()}, synchronous={sync}"
 
-    def scheduled_connect(self, target: str, gate: Any) -> sqlite3.Connection:
+    def scheduled_connect(
+        self, target: str, gate: Any, explicit: bool = False
+    ) -> sqlite3.Connection:
         """open_queue's settings, but a busy timeout of 0: a statement refused the lock
         comes back at once, and the gate decides what SQLite's busy handler would have
-        done (``_ScheduledConnection``)."""
+        done (``_ScheduledConnection``). Every write of worker.py is already an explicit
+        ``BEGIN IMMEDIATE`` ... ``COMMIT``: ``explicit`` changes nothing."""
         con = sqlite3.connect(
             target,
             timeout=0,

@@ -24,7 +24,6 @@ DOCS = ROOT / "docs"
 NOT_YET = {
     # dated measurements still in the prose, being rewritten in other work (issue 31)
     "testing.md": "dated measurements still in the prose",
-    "debugging.md": "the date of the shrunk failure's run still in the prose",
 }
 # docs/dev/ (dated notes: dates are their point) and docs/spec/ (the contract and its
 # original, quoted as they were given) are not user or contributor pages at all.
