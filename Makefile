@@ -30,17 +30,21 @@ nightly: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m courier demo
 
-## fuzz: a time-bounded random campaign (MINUTES=5 by default) of the lockstep machine,
-## or with MODE=parallel of parallel programs on real processes (tests/parallel),
-## with MODE=parallel-postgres the same on pgworker.py (a throwaway server, or LEASE_QUEUE_PG)
+## fuzz: a time-bounded random campaign (MINUTES=5 by default) of the lockstep machine;
+## MODE=parallel: parallel programs under random schedules (tests/parallel), on worker.py;
+## MODE=parallel-postgres: the same on pgworker.py (a throwaway server, or LEASE_QUEUE_PG);
+## MODE=parallel-real: parallel programs with each branch in a real process;
+## MODE=exhaustive: every interleaving of every small program (not timed by MINUTES)
 MINUTES ?= 5
 MODE ?= lockstep
-FUZZ_MODULE_lockstep := tests.stateful.fuzz
-FUZZ_MODULE_parallel := tests.parallel.fuzz
-FUZZ_MODULE_parallel-postgres := tests.parallel.fuzz --store postgres
+FUZZ_MODULE_lockstep := tests.stateful.fuzz --minutes $(MINUTES)
+FUZZ_MODULE_parallel := tests.parallel.fuzz --minutes $(MINUTES)
+FUZZ_MODULE_parallel-postgres := tests.parallel.fuzz --store postgres --minutes $(MINUTES)
+FUZZ_MODULE_parallel-real := tests.parallel.fuzz --real --minutes $(MINUTES)
+FUZZ_MODULE_exhaustive := tests.parallel.exhaustive
 fuzz: $(STAMP)
-	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel or parallel-postgres"; exit 2; }
-	$(PY) -m $(FUZZ_MODULE_$(MODE)) --minutes $(MINUTES)
+	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel, parallel-postgres, parallel-real or exhaustive"; exit 2; }
+	$(PY) -m $(FUZZ_MODULE_$(MODE))
 
 ## bench: the performance benchmark (about 6 min; never on tmpfs), see docs/performance.md
 $(BENCH_STAMP): $(STAMP)

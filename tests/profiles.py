@@ -68,30 +68,45 @@ settings.register_profile(
 class ParallelSizes:
     """How much the parallel suite (``tests/parallel``) does under a profile.
 
-    ``examples``: programs drawn on SQLite, ``postgres_examples`` on PostgreSQL;
-    ``repeats``: runs of each candidate once a failure has been seen (interleavings are
-    not deterministic; see ``tests.parallel.trial``); ``budget``: the history checker's
-    model steps per run before "unknown".
+    ``scheduled`` and ``scheduled_postgres``: programs run under the controlled scheduler
+    (``tests/parallel/scheduler.py``) on SQLite and on PostgreSQL, each once, under a
+    schedule hypothesis draws; ``real`` and ``real_postgres``: programs run with each
+    branch in a process of its own, as the operating system interleaves them (the
+    second mode, which checks the scheduler's assumptions against the real thing);
+    ``schedules``: how many schedules each scheduled program runs under (Lincheck's
+    invocations of one scenario; shrinking keeps the one that fails);
+    ``repeats``: runs of each real-process candidate once a failure has been seen
+    (their interleavings are not deterministic; see ``tests.parallel.trial``);
+    ``budget``: the history checker's model steps per run before "unknown".
     """
 
-    examples: int
-    repeats: int
-    postgres_examples: int
+    scheduled: int
+    scheduled_postgres: int
+    real: int
+    real_postgres: int
+    repeats: int = 5
     budget: int = 100_000
+    schedules: int = 2
 
 
-# ci: 2,400 programs on SQLite took 104 s on 2 cores otherwise idle, and 300 on PostgreSQL
-# 78 s at a load near 7 (2026-12-01). 800 and 200 keep the parallel suite near a minute
-# and a half of make test's two workers, and still draw every plant's first failure
-# (at most 315 programs on SQLite, 144 on PostgreSQL, measured 2026-12-02 with 1,200; with
-# 800, the two SQLite plants that took longest failed after 36 and 166 programs: which
-# run of a program fails first depends on the interleavings the machine gives).
+# ci: the scheduled runs are deterministic and take no repeats; the real-process mode
+# runs a few programs as a check that the rig still works, and at length in nightly.
 PARALLEL: dict[str, ParallelSizes] = {
-    "ci": ParallelSizes(examples=800, repeats=5, postgres_examples=200),
-    "nightly": ParallelSizes(examples=6000, repeats=5, postgres_examples=1000),
-    "dev": ParallelSizes(examples=100, repeats=5, postgres_examples=50),
-    "mutation": ParallelSizes(examples=200, repeats=1, postgres_examples=100),
-    "fuzz": ParallelSizes(examples=1_000_000, repeats=10, postgres_examples=1_000_000),
+    "ci": ParallelSizes(scheduled=600, scheduled_postgres=150, real=40, real_postgres=0),
+    "nightly": ParallelSizes(
+        scheduled=20_000, scheduled_postgres=3000, real=6000, real_postgres=1000
+    ),
+    "dev": ParallelSizes(scheduled=200, scheduled_postgres=50, real=20, real_postgres=10),
+    "mutation": ParallelSizes(
+        scheduled=300, scheduled_postgres=100, real=0, real_postgres=0, repeats=1
+    ),
+    "fuzz": ParallelSizes(
+        scheduled=1_000_000,
+        scheduled_postgres=1_000_000,
+        real=1_000_000,
+        real_postgres=1_000_000,
+        repeats=10,
+    ),
 }
 
 
@@ -100,9 +115,10 @@ def profile_name() -> str:
     return os.environ.get("HYPOTHESIS_PROFILE", "ci")
 
 
-def parallel_settings(backend: str = "sqlite") -> tuple[settings, ParallelSizes]:
-    """The active profile's settings, sized for the parallel suite on ``backend``
-    (``sqlite`` or ``postgres``), and its sizes."""
+def parallel_settings(count: str) -> tuple[settings, ParallelSizes]:
+    """The active profile's settings for ``count`` programs (a field of
+    ``ParallelSizes``: ``scheduled``, ``scheduled_postgres``, ``real``, ``real_postgres``)
+    and its sizes."""
     sizes = PARALLEL[profile_name()]
-    examples = sizes.examples if backend == "sqlite" else sizes.postgres_examples
+    examples = max(1, int(getattr(sizes, count)))
     return settings(settings.get_profile(profile_name()), max_examples=examples), sizes

@@ -2,12 +2,14 @@
 
     python -m tests.parallel.fuzz --minutes 10      (or: make fuzz MODE=parallel MINUTES=10)
     python -m tests.parallel.fuzz --minutes 10 --store postgres
+    python -m tests.parallel.fuzz --minutes 10 --real   (each branch in a real process)
 
-Draws programs with random seeds (the ``fuzz`` profile), in rounds, until the time is up, runs
-each on real processes and checks every history. On the first failure hypothesis
-shrinks the program (each candidate run ``repeats`` times) and prints it with its
-timeline, and the campaign exits 1. It reports programs, calls, distinct
-interleavings seen and the checker's verdicts.
+Draws programs with random seeds (the ``fuzz`` profile), in rounds, until the time is
+up, and checks every history: under the controlled scheduler, each program under
+random schedules (``tests.parallel.suite``), or with ``--real`` on real processes
+(``tests.parallel.trial``). On the first failure hypothesis shrinks it and prints it
+(with its schedule and the command that replays it, under the scheduler), and the
+campaign exits 1. It reports programs, runs, the checker's verdicts and the time.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import sys
 import time
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests import profiles
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool, scratch_folder
+from tests.parallel.schedule import Schedule, runs_of, schedules
 from tests.parallel.strategies import programs
+from tests.parallel.suite import Suite
 from tests.parallel.trial import Trials
 from tests.stores import Store
 from tests.stores.postgres import PostgresStore
@@ -31,7 +36,7 @@ from tests.stores.sqlite import SQLiteStore
 ROUND_EXAMPLES = 50  # programs per round of hypothesis, each round with a new seed
 
 
-def campaign(minutes: float, kind: str = "sqlite") -> int:
+def campaign(minutes: float, kind: str = "sqlite", real: bool = False) -> int:
     """Fuzz for ``minutes`` on a store of ``kind`` (``sqlite``, or ``postgres`` on the
     server of ``LEASE_QUEUE_PG`` or a throwaway one); 1 on the first failure."""
     from tests.postgres import session_server
@@ -42,27 +47,33 @@ def campaign(minutes: float, kind: str = "sqlite") -> int:
             server = stack.enter_context(session_server())
             conninfo = stack.enter_context(server.database())
             store = PostgresStore(conninfo)
-        return rounds(minutes, store)
+        return rounds(minutes, store, real)
 
 
-def rounds(minutes: float, store: Store) -> int:
+def rounds(minutes: float, store: Store, real: bool = False) -> int:
     sizes = profiles.PARALLEL["fuzz"]
-    pool = Pool()
-    trials = Trials(pool, store, sizes.repeats, sizes.budget)
     stop_at = time.monotonic() + minutes * 60
     started = time.monotonic()
-    interleavings: set[tuple[str, object]] = set()
     verdicts = {"ok": 0, "unknown": 0, "failed": 0}
+    pool = Pool() if real else None
+    trials = Trials(pool, store, sizes.repeats, sizes.budget) if pool else None
+    suite = Suite(store, None, sizes.budget)
+    explicit = st.booleans() if store.name == "postgres" else None
 
     @settings(settings.get_profile("fuzz"), max_examples=ROUND_EXAMPLES)
-    @given(program=programs())
-    def one(program: Program) -> None:
-        runs_before = trials.programs
-        trial = trials.attempt(program)
-        if trials.programs > runs_before:  # a program met before is not counted again
-            interleavings.update((repr(program), order) for order in trial.interleavings)
+    @given(schedules=runs_of(schedules(explicit), sizes.schedules), program=programs())
+    def one(program: Program, schedules: list[Schedule]) -> None:
+        if trials is not None:
+            trial = trials.attempt(program)
             verdicts["failed" if trial.failed else "unknown" if trial.unknown else "ok"] += 1
-        assert not trial.failed, trial.report()
+            assert not trial.failed, trial.report()
+            return
+        try:
+            judgements = suite.check(program, schedules)
+        except AssertionError:
+            verdicts["failed"] += 1
+            raise
+        verdicts["unknown" if any(j.unknown for j in judgements) else "ok"] += 1
 
     status = 0
     try:
@@ -72,14 +83,16 @@ def rounds(minutes: float, store: Store) -> int:
         status = 1
         raise
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
         elapsed = time.monotonic() - started
+        programs_run = trials.programs if trials is not None else suite.programs
+        runs = trials.programs if trials is not None else suite.runs
         print(
-            f"programs: {trials.programs} in {elapsed:.0f} s"
-            f" = {trials.programs / max(elapsed, 1e-9):.1f} programs/s"
+            f"programs: {programs_run} in {elapsed:.0f} s"
+            f" = {programs_run / max(elapsed, 1e-9):.1f} programs/s"
+            f" ({'real processes' if real else f'{runs} scheduled runs'})"
         )
-        print(f"calls: {trials.calls}")
-        print(f"distinct interleavings seen: {len(interleavings)}")
         print("verdicts: " + ", ".join(f"{kind} {count}" for kind, count in verdicts.items()))
     return status
 
@@ -88,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to fuzz")
     parser.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--real", action="store_true", help="branches in real processes")
     args = parser.parse_args(argv)
-    return campaign(args.minutes, args.store)
+    return campaign(args.minutes, args.store, args.real)
 
 
 if __name__ == "__main__":

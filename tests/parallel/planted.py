@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.stores import Store
 from tests.stores.postgres import PostgresStore
@@ -351,55 +352,64 @@ def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Store:
 
 
 def hunt(
-    bug: Plant, folder: Path, conninfo: str | None = None, repeats: int = 10
+    bug: Plant, folder: Path, conninfo: str | None = None, replays: int = 10
 ) -> dict[str, object]:
-    """Run the parallel suite, as CI runs it (the ``ci`` profile, derandomized), on the
-    plant: how long until the first failure, and what the shrunk program is."""
+    """Run the parallel suite under the scheduler as CI runs it (the ``ci`` profile,
+    derandomized) on the plant: the programs and the time to the first failure, the
+    time shrinking took, the shrunk program, and how many of ``replays`` replays of the
+    saved case fail."""
+    import contextlib
     import time
 
     from hypothesis import given, settings
+    from hypothesis import strategies as st
 
-    from tests.parallel.runner import Pool
+    from tests.parallel.case import Case, judged
+    from tests.parallel.schedule import Replay, runs_of, schedules
     from tests.parallel.strategies import programs
-    from tests.parallel.trial import Trial, Trials
+    from tests.parallel.suite import Suite
     from tests.profiles import parallel_settings
 
-    ci_settings, sizes = parallel_settings(bug.store)
-    pool = Pool()
-    trials = Trials(pool, plant(bug, folder, conninfo), repeats, sizes.budget)
+    count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
+    ci_settings, sizes = parallel_settings(count)
+    store = plant(bug, folder, conninfo)
+    suite = Suite(store, bug.name, sizes.budget)
+    explicit = st.booleans() if bug.store == "postgres" else None
     started = time.monotonic()
     seen: dict[str, object] = {}
-    last: list[Trial] = []
 
     @settings(ci_settings, database=None, print_blob=False)
-    @given(program=programs())
-    def suite(program: object) -> None:
-        trial = trials.attempt(program)  # type: ignore[arg-type]
-        if trial.failed:
+    @given(schedules=runs_of(schedules(explicit), sizes.schedules), program=programs())
+    def scheduled_suite(program: Any, schedules: Any) -> None:
+        try:
+            suite.check(program, schedules)
+        except AssertionError:
             seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
-            seen.setdefault("programs_to_first_failure", trials.programs)
-            last.append(trial)
-            raise AssertionError(trial.report())
+            seen.setdefault("programs_to_first_failure", suite.programs)
+            raise
 
-    try:
-        suite()
-    except AssertionError:
-        pass
-    finally:
-        pool.close()
-    result: dict[str, object] = {"plant": bug.name, "caught": bool(last), **seen}
-    if last:
-        final = last[-1]
-        result.update(
-            total_s=round(time.monotonic() - started, 1),
-            shrunk_calls=final.program.size,
-            shrunk_branches=len(final.program.branches),
-            failed_runs=f"{final.failures} of {final.runs}",
-            example=final.report(),
-        )
-    else:
-        result["programs"] = trials.programs
-    return result
+    with contextlib.suppress(AssertionError):
+        scheduled_suite()
+    result: dict[str, object] = {"plant": bug.name, "caught": suite.last_failure is not None}
+    result |= seen
+    if suite.last_failure is None:
+        return result | {"programs": suite.programs}
+    case, judgement, path = suite.last_failure
+    total = time.monotonic() - started
+    failed = sum(
+        judged(case.program, store, Replay.of(Case.load(path).schedule), sizes.budget).failed
+        for _ in range(replays)
+    )
+    return result | {
+        "total_s": round(total, 1),
+        "shrink_s": round(total - float(str(seen["first_failure_s"])), 1),
+        "shrunk_calls": case.program.size,
+        "shrunk_branches": len(case.program.branches),
+        "schedule_steps": len(Replay.of(case.schedule).schedule),
+        "schedule": case.schedule,
+        "replays_failed": f"{failed} of {replays}",
+        "caught_by": caught_by(judgement),
+    }
 
 
 def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object]:
@@ -458,41 +468,41 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
 def table(results: list[dict[str, object]]) -> str:
     """The measured plants as the markdown table of ``docs/testing.md``."""
     lines = [
-        "| plant | the mistake | lockstep (ci) | parallel suite: first failure | programs"
-        " | with shrinking | shrunk program | failed runs | caught by |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| plant | the mistake | lockstep (ci) | programs to the first failure | first failure"
+        " | shrinking | shrunk program | schedule | replays that fail | caught by |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         bug = BY_NAME[str(result["plant"])]
         seq = "catches it" if result.get("lockstep_catches") else "passes"
         lines.append(
-            f"| `{bug.name}` | {bug.summary} | {seq} | {result['first_failure_s']} s"
-            f" | {result['programs_to_first_failure']} | {result['total_s']} s"
+            f"| `{bug.name}` | {bug.summary} | {seq} | {result['programs_to_first_failure']}"
+            f" | {result['first_failure_s']} s | {result['shrink_s']} s"
             f" | {result['shrunk_calls']} calls, {result['shrunk_branches']} branches"
-            f" | {result['failed_runs']} | {caught_by(str(result['example']))} |"
+            f" | {result['schedule_steps']} steps | {result['replays_failed']}"
+            f" | {result['caught_by']} |"
         )
     return "\n".join(lines)
 
 
-def caught_by(report: str) -> str:
-    """What failed the shrunk program's run: the history (no order explains it) or a
-    promise of the judge's (its ``broken:`` line)."""
-    if "verdict: illegal" in report:
-        return "the model: no order explains it"
+def caught_by(judgement: Any) -> str:
+    """What failed the shrunk run: the history (no order explains it) or a promise of
+    the judge's."""
     for problem, promise in (
         ("waited for a row lock", "claims never wait"),
         ("the write lock was refused", "locks wait their turn"),
         ("transaction open", "send outside transactions"),
     ):
-        if problem in report:
+        if any(problem in found for found in judgement.problems):
             return f"the judge: {promise}"
-    return "?"
+    return "the model: no order explains it"
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import contextlib
     import json
+    import os
     import tempfile
 
     parser = argparse.ArgumentParser(description="Measure the parallel suite on each plant.")
@@ -519,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="planted-"))
+        os.environ.setdefault("LEASE_QUEUE_FAILURES", str(Path(scratch) / "failures"))
         conninfo = None
         if any(bug.store == "postgres" for bug in chosen) and not args.no_hunt:
             server = stack.enter_context(session_server())

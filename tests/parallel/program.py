@@ -141,6 +141,10 @@ class Program:
     def __repr__(self) -> str:
         return describe(self)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """How hypothesis prints a drawn program: the listing."""
+        printer.text("\n" + describe(self))
+
 
 def describe(program: Program) -> str:
     """The program as a listing, one call a line, named as the timeline names them."""

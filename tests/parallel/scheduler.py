@@ -214,6 +214,10 @@ class Scheduler:
                 )
                 branch.thread.start()
             self._await(lambda: all(b.state != NEW for b in branches), "every branch to start")
+            # The branches start together, as behind the real-process suite's barrier:
+            # each enters its first call, in lane order, before the schedule's first step.
+            for branch in branches:
+                self._step(branch, chosen=False)
             while True:
                 self._settle()
                 choice = self._next()
@@ -253,7 +257,11 @@ class Scheduler:
         live = [b for b in self.branches if b.state not in (DONE, DEAD)]
         if not live:
             return None
-        runnable = [b for b in live if b.state == READY or (b.state == BUSY and b.eligible)]
+        runnable = [
+            b
+            for b in live
+            if (b.state == READY and not self._must_wait(b)) or (b.state == BUSY and b.eligible)
+        ]
         if not runnable:
             busy = [b for b in live if b.state == BUSY]
             if not busy:
@@ -264,6 +272,8 @@ class Scheduler:
             # Every branch waits for a lock another holds: a busy timeout would refuse one.
             busy[0].refuse = True
             runnable = [busy[0]]
+        if getattr(self.policy, "reduced", False):
+            runnable = self._reduced(live, runnable)
         lanes = [b.lane for b in runnable]
         lane = self.policy.choose(lanes, len(self.steps))
         if lane not in lanes:
@@ -273,9 +283,26 @@ class Scheduler:
             )
         return next(b for b in runnable if b.lane == lane)
 
-    def _step(self, branch: Branch) -> None:
+    def _reduced(self, live: list[Branch], runnable: list[Branch]) -> list[Branch]:
+        """The choices that give different runs, for a search of every interleaving: while
+        a branch holds the store's write lock, and until the statement that ends its
+        transaction, its own steps record nothing and what it wrote stays unseen, so
+        another branch's step (one that needs no lock: a send, a hook, a read) makes the
+        same run before any of them; only before or after the end does it matter."""
+        holders = [b for b in live if self.store.holds_write_lock(b.con)]
+        if holders and holders[0] in runnable and not _ends_transaction(holders[0].at):
+            return [holders[0]]
+        return runnable
+
+    def _must_wait(self, branch: Branch) -> bool:
+        """A branch whose next statement is sure to be refused its lock is no choice: its
+        turn would change nothing (the store knows, ``Store.must_wait``)."""
+        others = [b.con for b in self.branches if b is not branch and b.state not in (DONE, DEAD)]
+        return self.store.must_wait(branch.at, others)
+
+    def _step(self, branch: Branch, chosen: bool = True) -> None:
         """Give ``branch`` one turn and wait until it is at its next boundary, blocked,
-        done or dead."""
+        done or dead (``chosen``: a step of the schedule; the start of a branch is not)."""
         at = branch.at
         with self.cond:
             branch.granted = True
@@ -314,8 +341,9 @@ class Scheduler:
                     other.eligible = True
         if ended == DEAD and branch.pid is not None:
             self.store.await_gone(self.monitor, branch.pid)
-        self.steps.append(Step(branch.lane, at, ended, effective))
-        self.policy.made(branch.lane, effective)
+        if chosen:
+            self.steps.append(Step(branch.lane, at, ended, effective))
+            self.policy.made(branch.lane, effective)
 
     def _settle(self) -> None:
         """Wait until every branch whose statement waited in the server is either still
@@ -366,6 +394,10 @@ class Scheduler:
         for branch in self.branches:
             if branch.thread is not None:
                 branch.thread.join(STEP_TIMEOUT_S)
+
+
+def _ends_transaction(at: str) -> bool:
+    return at.split(maxsplit=1)[:1] in (["COMMIT"], ["ROLLBACK"], ["END"])
 
 
 __all__ = [

@@ -47,5 +47,5 @@ def test_a_failing_run_is_drawn_lane_by_lane_with_the_unexplained_call_marked(tm
     assert [row[b2 : b2 + 1] for row in rows] == ["", "┌", "└", "┌", "│"], text
     assert rows[-1].split()[1:] == ["└", "a#1", "✗", "│"], text
     assert "✗ no order explains this" in text
-    assert "b2: ✝ its process was killed during its last call" in text
+    assert "b2: ✝ killed during its last call" in text
     assert "verdict: illegal" in text

@@ -51,7 +51,9 @@ def render(judgement: Judgement) -> str:
     lines += [f"  {record.label:<5} {record.verb} -> {short(record.outcome)}" for record in prefix]
     branches = [record for record in run.records if record.lane != PREFIX]
     lanes = sorted({record.lane for record in branches})
-    lines += ["", "branches (rows in the order of the shared clock; ms since the first call):"]
+    scheduled = run.schedule is not None
+    clock = "the scheduler's clock, one tick per event" if scheduled else "ms since the first call"
+    lines += ["", f"branches (rows in the order of the shared clock; {clock}):"]
     lines.append("  " + " " * 9 + "".join(f"{lane:<{LANE_WIDTH}}" for lane in lanes))
     events: list[tuple[int, int, str, str]] = []
     for record in branches:
@@ -74,13 +76,14 @@ def render(judgement: Judgement) -> str:
                 cells.append("│".ljust(LANE_WIDTH))
             else:
                 cells.append(" " * LANE_WIDTH)
-        lines.append(f"  {(at - start) / 1e6:8.3f} " + "".join(cells).rstrip())
+        when = f"{at:8d}" if scheduled else f"{(at - start) / 1e6:8.3f}"
+        lines.append(f"  {when} " + "".join(cells).rstrip())
         if kind == 0:
             open_lanes.add(lane)
         elif kind == 2:
             open_lanes.discard(lane)
     for lane in sorted(open_lanes):
-        lines.append(f"  {'':8} {lane}: ✝ its process was killed during its last call")
+        lines.append(f"  {'':8} {lane}: ✝ killed during its last call")
     lines += ["", "calls:"]
     lines += [call_line(record, marked) for record in run.records]
     lines += ["", verdict_lines(judgement)]

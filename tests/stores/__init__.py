@@ -165,6 +165,16 @@ class Store:
         with a step before its COMMIT, where the kind has that choice."""
         raise NotImplementedError
 
+    def holds_write_lock(self, con: Any) -> bool:
+        """Whether ``con`` holds a lock that keeps every other writer out, and keeps what
+        it wrote unseen until its COMMIT (SQLite's); row locks do not count."""
+        return False
+
+    def must_wait(self, sql: str, others: list[Any]) -> bool:
+        """Whether ``sql``, the next statement of a connection, is sure to be refused its
+        lock while the connections ``others`` stay as they are (``False``: it may run)."""
+        return False
+
     def monitor(self, target: str) -> Any:
         """What the scheduler asks whether a statement waits for a lock (``None``: none)."""
         return None

@@ -133,9 +133,13 @@ class PostgresStore(Store):
         its locks, where a server running two couriers' statements at once can.
         ``explicit`` hands pgworker a connection that is not in autocommit (a borrowed
         connection it supports): every write is then ``BEGIN``, its statement, and a
-        step before ``COMMIT`` while its row locks are held."""
-        con = _ScheduledConnection.connect(target, autocommit=True)
-        con.execute("SET default_transaction_isolation = 'read committed'")
+        step before ``COMMIT`` while its row locks are held.
+
+        The connection is the one the module's ``open_queue`` makes (so a planted copy's
+        session settings hold too), given turns by becoming a ``_ScheduledConnection``."""
+        con = self.connect(target)
+        con.__class__ = _ScheduledConnection
+        assert isinstance(con, _ScheduledConnection)
         con.autocommit = not explicit
         con.gate = gate
         con.cursor_factory = _ScheduledCursor

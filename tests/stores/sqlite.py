@@ -83,6 +83,23 @@ class SQLiteStore(Store):
     def lock_not_granted(self, error_type: str, message: str) -> bool:
         return error_type == "OperationalError" and "locked" in message
 
+    def abandon(self, con: Any) -> None:
+        """Roll back what ``con`` had open, then close it: what a killed process's hot
+        journal gives the next connection. (A close alone would wait for the dead
+        branch's cursors to be collected before letting go of the lock.)"""
+        if con.in_transaction:
+            sqlite3.Connection.rollback(con)
+        con.close()
+
+    def holds_write_lock(self, con: Any) -> bool:
+        return isinstance(con, _ScheduledConnection) and con.writing()
+
+    def must_wait(self, sql: str, others: list[Any]) -> bool:
+        """A ``BEGIN IMMEDIATE`` while another connection holds the write lock."""
+        return _keyword(sql) in ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE") and any(
+            isinstance(other, _ScheduledConnection) and other.writing() for other in others
+        )
+
     def durability(self, con: Any) -> str:
         journal, sync = pragmas(con)
         return f"journal_mode={journal.lower()}, synchronous={sync}"
@@ -121,6 +138,7 @@ class _ScheduledConnection(sqlite3.Connection):
     gate: Any = None
     deferred = False  # in a transaction begun by a plain BEGIN
     since_begin = 0  # statements run in it since
+    wrote = False  # and whether one of them wrote
 
     def cursor(self, factory: Any = None) -> Any:
         return super().cursor(factory or _ScheduledCursor)
@@ -138,6 +156,11 @@ class _ScheduledConnection(sqlite3.Connection):
             self.gate.point("COMMIT")
         super().commit()
 
+    def writing(self) -> bool:
+        """Whether this connection holds the file's write lock: in a transaction begun
+        IMMEDIATE, or a deferred one that has written."""
+        return self.in_transaction and (not self.deferred or self.wrote)
+
     def refused_at_once(self, sql: str) -> bool:
         """Whether SQLite refuses ``sql`` the lock at once, whatever the busy timeout."""
         return (
@@ -152,8 +175,10 @@ class _ScheduledConnection(sqlite3.Connection):
         if keyword.startswith("BEGIN"):
             self.deferred = keyword in ("BEGIN", "BEGIN DEFERRED", "BEGIN TRANSACTION")
             self.since_begin = 0
+            self.wrote = False
         else:
             self.since_begin += 1
+            self.wrote = self.wrote or keyword.split(" ")[0] in ("INSERT", "UPDATE", "DELETE")
 
 
 class _ScheduledCursor(sqlite3.Cursor):
