@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.failures import failures_folder
+from tests.failures import ROOT, failures_folder
 from tests.parallel.controlled import run_scheduled
 from tests.parallel.judge import DEFAULT_BUDGET, Judgement, judge
 from tests.parallel.program import Program, decoded, describe, encoded
@@ -87,8 +87,9 @@ def judged(
 
 
 def replay_command(path: Path) -> str:
-    """The command that replays a saved case."""
-    return f"python -m tests.parallel.replay {path}"
+    """The command that replays a saved case, run from the repository's root."""
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return f".venv/bin/python -m tests.parallel.replay {shown}"
 
 
 def report(judgement: Judgement, case: Case, path: Path | None, again: bool | None) -> str:
@@ -107,7 +108,7 @@ def report(judgement: Judgement, case: Case, path: Path | None, again: bool | No
     lines += ["", f"the program ({calls} calls, prefix included):", describe(case.program)]
     lines += ["", f"schedule: {shown(case.schedule)}"]
     if path is not None:
-        lines.append(f"replay:   {replay_command(path)}")
+        lines.append(f"replay:   {replay_command(path)}   (from the repository's root)")
         lines.append(f"          (the file holds: {json.dumps(case.as_json())})")
     lines += ["", "the run:", render(judgement)]
     return "\n".join(lines)

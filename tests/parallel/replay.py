@@ -63,10 +63,19 @@ def store_for(case: Case) -> Iterator[Store]:
 
 
 def scheduled(case: Case, store: Store, runs: int) -> tuple[int, Judgement | None]:
-    """How many of ``runs`` runs under the case's schedule failed, and the first that did."""
+    """How many of ``runs`` runs under the case's schedule failed, and the first that did.
+    Where the schedule stops fitting the code (a recorded branch cannot run there: the
+    code changed since), the run goes on with the branch that ran last, and says so."""
     failed, first = 0, None
     for number in range(1, runs + 1):
-        judgement = judged(case.program, store, Replay.of(case.schedule))
+        policy = Replay.of(case.schedule, lenient=True)
+        judgement = judged(case.program, store, policy)
+        if policy.stopped_fitting is not None:
+            print(
+                f"run {number}: the schedule stopped fitting this code at step"
+                f" {policy.stopped_fitting} of {len(policy.schedule)}; the run went on"
+                " with the branch that ran last"
+            )
         print(f"run {number}: {'failed' if judgement.failed else 'explained'}", flush=True)
         if judgement.failed:
             failed += 1

@@ -92,19 +92,25 @@ class Replay(Recorder):
     """The choices of ``schedule`` (a string of branch numbers), one per effective step."""
 
     schedule: str = ""
+    lenient: bool = False  # past a choice that does not fit: stay, and say where
+    stopped_fitting: int | None = None  # the step (from 1) where a choice did not fit
 
     @classmethod
-    def of(cls, text: str) -> Replay:
-        """The replay of a schedule as it is written (``parse``)."""
+    def of(cls, text: str, lenient: bool = False) -> Replay:
+        """The replay of a schedule as it is written (``parse``); ``lenient``: where a
+        recorded choice cannot run (the code changed), go on as ``Forced`` does."""
         explicit, steps = parse(text)
-        return cls(explicit=explicit, schedule=steps)
+        return cls(explicit=explicit, schedule=steps, lenient=lenient)
 
     def choose(self, lanes: list[str], step: int) -> str:
         done = len(self.steps)
-        if done >= len(self.schedule):
-            # Past its end (a shorter schedule): the branch that ran last, else the lowest.
-            return self.last if self.last in lanes else lanes[0]
-        return lane_of(self.schedule[done])
+        if done < len(self.schedule) and self.stopped_fitting is None:
+            lane = lane_of(self.schedule[done])
+            if lane in lanes or not self.lenient:
+                return lane
+            self.stopped_fitting = done + 1
+        # Past its end, or past where it fit: the branch that ran last, else the lowest.
+        return self.last if self.last in lanes else lanes[0]
 
 
 @dataclass
