@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.conformance import add_conformance
 from chaos.courier_process import Launcher
 from chaos.fleet import Fleet
 from chaos.hosts import Hosts, remove_leftovers
@@ -341,4 +342,5 @@ def _run(config: Config, site: Site, paths: Paths, out: Out) -> dict[str, Any]:
         "recovery": round(total_s - chaos_s, 1),
         "total": round(total_s, 1),
     }
-    return check(_observe(rig, site, paths, ended, timings, receiver_chaos.faults))
+    report = check(_observe(rig, site, paths, ended, timings, receiver_chaos.faults))
+    return add_conformance(report, site.store.target)

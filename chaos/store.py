@@ -30,6 +30,7 @@ import worker
 from chaos.schedule import BUSY_TIMEOUT_MS
 from courier import audit, queueview
 from courier.clock import clock_ms
+from courier.commands.conform import install_feed
 from courier.delivery_request import DELIVERIES_PATH
 from courier.inbox import Inbox
 from courier.transient import is_busy
@@ -101,6 +102,7 @@ class FileQueue:
 
     def create(self) -> None:
         worker.open_queue(self.path).close()
+        install_feed(self.path)  # chaos.conformance replays it once the run is over
 
     def connect(self, bounded: bool = False) -> Any:
         """A connection (its lock waits are always bounded: the 1 s busy timeout)."""
@@ -152,6 +154,7 @@ class DatabaseQueue:
 
     def create(self) -> None:
         pgworker.open_queue(self.target).close()
+        install_feed(self.target)  # chaos.conformance replays it once the run is over
 
     def connect(self, bounded: bool = False) -> Any:
         """A connection; with ``bounded`` a lock is waited for 1 s at most (``lock_timeout``)."""

@@ -37,6 +37,7 @@ from courier.commands.audit import (
     demo_options,
     inbox_options,
 )
+from courier.commands.conform import cmd_conform, conform_options
 from courier.commands.connection import now_ms
 from courier.commands.jobs import (
     cmd_dead,
@@ -208,6 +209,17 @@ COMMANDS = (
         "Serve a page with the counts by status, the oldest due job, and the dead jobs by "
         "reason with their attempt history; with --allow-redrive, a form redrives a dead "
         "job with a required note. Binds 127.0.0.1 on a free port unless told otherwise.",
+    ),
+    Command(
+        "conform",
+        "check that every committed change of the queue is one step of the model",
+        conform_options,
+        cmd_conform,
+        "With --install, add a change feed to the queue (an events table and triggers that "
+        "record every change of jobs and redrives in the writer's own transaction); then "
+        "check that each transaction committed since is the effect of one operation of the "
+        "executable specification (model/) for some arguments, or --follow as they commit. "
+        "Exit 1 if any transaction is unexplained. --uninstall removes the feed.",
     ),
     Command(
         "demo",

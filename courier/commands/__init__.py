@@ -8,6 +8,7 @@ errors into exit statuses; each module here holds its commands' options and hand
 - ``courier.commands.redrive``: ``redrive`` (and ``redrive_one``, which the web page uses).
 - ``courier.commands.services``: ``serve``, ``run``, ``web``: the long-running ones.
 - ``courier.commands.audit``: ``inbox``, ``audit``, ``demo``: deliveries checked end to end.
+- ``courier.commands.conform``: ``conform``: the change feed, and the model checking it.
 
 What they share: ``courier.commands.options`` (argument types and option builders),
 ``courier.commands.output`` (printing, times and exit statuses) and

@@ -1,0 +1,326 @@
+"""The replay: each committed transaction of the feed explained as one model step.
+
+``Checker.check(block)`` takes the changes one writer committed (a ``Block``) and
+finds, for each transaction in it, the model operation that explains it
+(``courier.conform.inference`` proposes, ``courier.conform.judge`` decides), then
+applies the changes to its tables whatever the verdict: what committed is the truth the
+next transaction starts from. On PostgreSQL a block is one transaction. On SQLite it is
+one connection's run of statements, and the checker also finds where its transactions
+begin and end: it grows a transaction statement by statement while some kind of
+operation can still take it, and ends it after the last statement at which one could
+conclude (a claim's quarantine may take three statements before its lease, a redrive two).
+Two calls of one connection that one batch call would also explain (two enqueues in the
+same millisecond with the same ttl) are then counted as that batch call.
+
+``Feed`` reads a queue's feed from the start (its rows before the feed began rebuilt by
+undoing every event) and then, on each ``poll``, the transactions committed since.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from courier import backend
+from courier.conform import postgres_feed, sqlite_feed
+from courier.conform.feed import JOBS, REDRIVES, Block, Event, NotInstalled
+from courier.conform.inference import DRAFTS, Draft, Miss, Rules, Step
+from courier.conform.judge import Difference, Nearest, judge, nearest, row_name
+from courier.conform.tables import Change, Tables, net_changes
+
+__all__ = ["Checker", "Feed", "Finding", "rules_for"]
+
+READ_LIMIT = 20_000
+_A = {"enqueue": "an enqueue", "claim": "a claim", "finish": "a finish", "redrive": "a redrive"}
+GAP_WAIT_S = 5.0  # a commit number still missing after this long belongs to a rollback
+
+
+@dataclass
+class Finding:
+    """One transaction checked: the step that explains it, or why none does."""
+
+    label: str
+    clock_ms: int
+    changes: list[Change]
+    statements: int
+    writer: dict[str, Any]
+    step: Step | None = None
+    problems: list[str] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    nearest: Nearest | None = None
+
+    @property
+    def explained(self) -> bool:
+        return self.step is not None and not self.problems and not self.differences
+
+
+def rules_for(target: backend.Target, simulated: bool, skew_ms: int) -> Rules:
+    """The rules a queue is held to: its backend's claim order and seq numbers, and its
+    time base (``simulated``: the writers pass times of their own)."""
+    postgres = backend.is_conninfo(target)
+    return Rules(
+        claim_order="relaxed" if postgres else "strict",
+        dense_seq=not postgres,
+        skew_ms=None if simulated else skew_ms,
+    )
+
+
+class Checker:
+    """Explains each transaction of the blocks it is given, in commit order."""
+
+    def __init__(self, tables: Tables, rules: Rules) -> None:
+        self.tables = tables
+        self.rules = rules
+        self.operations: Counter[str] = Counter()
+        self.transactions = 0
+        self.changes = 0
+        self.unexplained: list[Finding] = []
+
+    def check(self, block: Block) -> list[Finding]:
+        """The findings of ``block``'s transactions, in order; the tables move past it."""
+        statements = [_Statement.of(events) for events in block.statements]
+        findings: list[Finding] = []
+        if block.exact:
+            changes, odd = net_changes(block.events)
+            whole = _Statement(changes, odd, block.clock_ms)
+            findings.append(self._one(block, [whole], len(statements)))
+        else:
+            start = 0
+            while start < len(statements):
+                end, finding = self._grow(block, statements, start)
+                findings.append(finding)
+                start = end
+        return findings
+
+    def _grow(self, block: Block, statements: list[_Statement], start: int) -> tuple[int, Finding]:
+        """The transaction starting at ``statements[start]``: its end and its finding."""
+        drafts = [make(self.tables, self.rules) for make in DRAFTS]
+        misses: dict[str, str] = {}
+        best: tuple[int, list[Step]] | None = None
+        end = start
+        while end < len(statements) and drafts:
+            statement = statements[end]
+            if statement.odd:
+                break
+            alive = []
+            for draft in drafts:
+                try:
+                    draft.add(statement.changes, statement.clock_ms)
+                    alive.append(draft)
+                except Miss as miss:
+                    misses.setdefault(draft.kind, f"not {_A[draft.kind]}: {miss}")
+            if not alive:
+                break
+            drafts, end = alive, end + 1
+            steps = self._conclusions(drafts, misses)
+            if steps:
+                best = (end, steps)
+        if best is None:
+            stop = max(end, start + 1)
+            finding = self._unexplained(block, statements[start:stop], list(misses.values()))
+            return stop, finding
+        stop, steps = best
+        return stop, self._judged(block, statements[start:stop], steps)
+
+    @staticmethod
+    def _conclusions(drafts: list[Draft], misses: dict[str, str]) -> list[Step]:
+        """The steps the drafts conclude, in the drafts' order (``DRAFTS``)."""
+        steps = []
+        for draft in drafts:
+            try:
+                steps.append(draft.conclude())
+            except Miss as miss:
+                misses[draft.kind] = f"not {_A[draft.kind]}: {miss}"
+        return steps
+
+    def _one(self, block: Block, statements: list[_Statement], count: int) -> Finding:
+        """The finding of a block that is one transaction (PostgreSQL)."""
+        (whole,) = statements
+        misses: dict[str, str] = {}
+        drafts: list[Draft] = []
+        if not whole.odd:
+            for make in DRAFTS:
+                draft = make(self.tables, self.rules)
+                try:
+                    draft.add(whole.changes, whole.clock_ms)
+                except Miss as miss:
+                    misses[draft.kind] = f"not {_A[draft.kind]}: {miss}"
+                    continue
+                drafts.append(draft)
+        steps = self._conclusions(drafts, misses)
+        if steps:
+            finding = self._judged(block, statements, steps)
+        else:
+            finding = self._unexplained(block, statements, list(misses.values()))
+        finding.statements = count
+        return finding
+
+    def _finding(self, block: Block, statements: list[_Statement]) -> Finding:
+        changes = [change for statement in statements for change in statement.changes]
+        clock = min(statement.clock_ms for statement in statements)
+        label = block.label
+        if not block.exact and len(statements) < len(block.statements):
+            label = _label(statements)
+        return Finding(label, clock, changes, len(statements), dict(block.writer))
+
+    def _judged(self, block: Block, statements: list[_Statement], steps: list[Step]) -> Finding:
+        """The finding of the first of ``steps`` the model accepts, or of the first one."""
+        finding = self._finding(block, statements)
+        finding.problems += self._out_of_step(finding.changes)
+        verdicts = [judge(step, self.rules.claim_order) for step in steps]
+        verdict = next((v for v in verdicts if v.explained), verdicts[0])
+        finding.step = verdict.step
+        finding.problems += verdict.problems
+        finding.differences += verdict.differences
+        return self._record(finding)
+
+    def _unexplained(
+        self, block: Block, statements: list[_Statement], misses: list[str]
+    ) -> Finding:
+        finding = self._finding(block, statements)
+        finding.problems += self._out_of_step(finding.changes)
+        for statement in statements:
+            finding.problems += statement.odd
+        finding.problems += misses or ["no operation of the model makes these changes"]
+        return self._record(finding)
+
+    def _out_of_step(self, changes: list[Change]) -> list[str]:
+        """Changes whose row before is not the row the replay holds: the feed missed a
+        change (it was installed mid-transaction, or part of it was removed)."""
+        found = []
+        for change in changes:
+            held = self.tables.row(change.table, change.seq)
+            if held != change.before:
+                name = row_name(change.table, change.before or change.after or (change.seq,))
+                found.append(f"{name}: the row before is not the row the replay holds ({held})")
+        return found
+
+    def _record(self, finding: Finding) -> Finding:
+        if not finding.explained:
+            finding.nearest = nearest(finding.changes, finding.clock_ms)
+            self.unexplained.append(finding)
+        else:
+            assert finding.step is not None
+            operation = finding.step.operation
+            if operation == "claim" and "limit" not in finding.step.arguments:
+                leased = any(
+                    c.after is not None and c.after[3] == "leased" for c in finding.changes
+                )
+                operation = "claim" if leased else "claim (quarantine only)"
+            self.operations[operation] += 1
+        self.transactions += 1
+        self.changes += len(finding.changes)
+        self.tables.apply(finding.changes)
+        return finding
+
+
+@dataclass
+class _Statement:
+    """One statement's net changes, what no replay follows in it, and its clock."""
+
+    changes: list[Change]
+    odd: list[str]
+    clock_ms: int
+
+    @classmethod
+    def of(cls, events: tuple[Event, ...]) -> _Statement:
+        changes, odd = net_changes(events)
+        return cls(changes, odd, min(event.clock_ms for event in events))
+
+
+def _label(statements: list[_Statement]) -> str:
+    numbers = [c.first for s in statements for c in s.changes] or [0]
+    first, last = min(numbers), max(numbers)
+    return f"feed #{first}" if first == last else f"feed #{first}-#{last}"
+
+
+class Feed:
+    """A queue's feed, read from its start and then polled for what commits next.
+
+    ``start()`` returns the ``Checker`` (its tables as they were when the feed began)
+    and the blocks committed so far; ``poll()`` the blocks committed since.
+    """
+
+    def __init__(self, target: backend.Target, rules: Rules) -> None:
+        self.target = target
+        self.rules = rules
+        self.postgres = backend.is_conninfo(target)
+        self.con = backend.connect_existing(target)
+        self.position = 0
+        self._seen: set[int] = set()  # PostgreSQL: commit numbers above position, checked
+        self._gap_since: float | None = None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def start(self) -> tuple[Checker, list[Block]]:
+        """The checker, with the tables before the feed's first event, and every block.
+
+        Raises:
+            NotInstalled: the queue has no feed (or only part of one).
+        """
+        if self.postgres:
+            rows, blocks = postgres_feed.snapshot(self.con)
+            events = [event for block in blocks for event in block.events]
+        else:
+            rows, events = sqlite_feed.snapshot(self.con)
+            blocks = sqlite_feed.blocks(events)
+        self._advance(blocks)
+        return Checker(Tables.before_feed(rows, events), self.rules), blocks
+
+    def poll(self) -> list[Block]:
+        """The blocks committed since the last read, in commit order."""
+        if self.postgres:
+            blocks = postgres_feed.read_blocks(
+                self.con, self.position, sorted(self._seen), READ_LIMIT
+            )
+        else:
+            blocks = self._sqlite_blocks()
+        self._advance(blocks)
+        return blocks
+
+    def _sqlite_blocks(self) -> list[Block]:
+        limit = READ_LIMIT
+        while True:
+            self.con.execute("BEGIN")
+            try:
+                if not sqlite_feed.installed(self.con):
+                    raise NotInstalled("the change feed was removed from this queue")
+                events = sqlite_feed.read_events(self.con, self.position, limit)
+            finally:
+                self.con.execute("COMMIT")
+            blocks = sqlite_feed.blocks(events)
+            if len(events) < limit:
+                return blocks
+            if len(blocks) > 1:
+                return blocks[:-1]  # the last one may go on past what was read
+            limit *= 2
+
+    def _advance(self, blocks: list[Block]) -> None:
+        if not self.postgres:
+            if blocks:
+                self.position = blocks[-1].position
+            return
+        self._seen.update(block.position for block in blocks)
+        while self.position + 1 in self._seen:
+            self.position += 1
+            self._seen.discard(self.position)
+        if not self._seen:
+            self._gap_since = None
+            return
+        # A number below a checked one is missing: its transaction is still committing,
+        # or rolled back after its commit trigger ran. Wait a while, then go past it.
+        now = time.monotonic()
+        if self._gap_since is None:
+            self._gap_since = now
+        elif now - self._gap_since > GAP_WAIT_S:
+            self.position = min(self._seen) - 1
+            self._gap_since = None
+            self._advance([])
+
+
+def describe_tables(checker: Checker) -> dict[str, int]:
+    """How many rows the replayed tables hold now."""
+    return {JOBS: len(checker.tables.jobs), REDRIVES: len(checker.tables.redrives)}

@@ -1,0 +1,225 @@
+"""The change feed of a queue file: row triggers on ``jobs`` and ``redrives``.
+
+``install`` adds, in one ``BEGIN IMMEDIATE`` transaction, the table ``conform_events``
+and six ``AFTER`` row triggers (insert, update, delete on each of the two tables), each
+of which records the row before and after, in the writer's own transaction (a rolled
+back write leaves no event). The contract's two tables are not touched; ``uninstall``
+drops the triggers and the table again. ``worker.py`` does not know the feed is there.
+
+A trigger cannot see where a transaction begins, so each event also records the writer
+connection's ``total_changes()``: within one statement it goes up by one per event (the
+trigger's own insert), and from one statement to the next of the same connection by one
+more plus the rows the statement before changed. Anything else means another connection
+wrote in between (``blocks``). The triggers use only functions SQLite lets a trigger use
+under ``PRAGMA trusted_schema=OFF`` (no JSON, no table-valued pragma), so no writer's
+settings can make them fail. The clock is SQLite's ``'now'``, the same reading for every
+row of one statement: the host's wall clock in milliseconds, as ``courier.clock`` reads it.
+
+Row values go into untyped slots (``b0``.., ``a0``..; a ``redrives`` row uses the first
+five), so a value keeps the type the writer gave it: an id written as a number shows as one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
+
+__all__ = ["TRIGGERS", "blocks", "install", "installed", "read_events", "snapshot", "uninstall"]
+
+EVENTS = "conform_events"
+SLOTS = len(COLUMNS[JOBS])
+_BEFORE = tuple(f"b{n}" for n in range(SLOTS))
+_AFTER = tuple(f"a{n}" for n in range(SLOTS))
+# SQLite's 'now' in whole milliseconds: one reading per statement step.
+_CLOCK = (
+    "(CAST(strftime('%s', 'now') AS INTEGER) * 1000"
+    " + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER))"
+)
+
+_CREATE_EVENTS = f"""CREATE TABLE IF NOT EXISTS {EVENTS} (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  changes INTEGER NOT NULL, at_ms INTEGER NOT NULL, tbl TEXT NOT NULL, op TEXT NOT NULL,
+  {", ".join(_BEFORE)}, {", ".join(_AFTER)})"""
+
+
+def _trigger(table: str, when: str, op: str) -> tuple[str, str]:
+    columns = COLUMNS[table]
+    used = len(columns)
+    slots = [*_BEFORE[:used], *_AFTER[:used]]
+    old = [f"OLD.{c}" if op != "I" else "NULL" for c in columns]
+    new = [f"NEW.{c}" if op != "D" else "NULL" for c in columns]
+    name = f"conform_{table}_{when.lower()}"
+    return name, (
+        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {when} ON {table} BEGIN "
+        f"INSERT INTO {EVENTS} (changes, at_ms, tbl, op, {', '.join(slots)}) "
+        f"VALUES (total_changes(), {_CLOCK}, '{table}', '{op}', {', '.join(old + new)}); END"
+    )
+
+
+TRIGGERS = dict(
+    _trigger(table, when, op)
+    for table in (JOBS, REDRIVES)
+    for when, op in (("INSERT", "I"), ("UPDATE", "U"), ("DELETE", "D"))
+)
+
+_QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
+_FEED_PARTS = "SELECT type, name FROM sqlite_master WHERE name = ? OR name LIKE 'conform_%'"
+_SELECT_EVENTS = f"""SELECT seq, changes, at_ms, tbl, op, {", ".join(_BEFORE)}, {", ".join(_AFTER)}
+  FROM {EVENTS} WHERE seq > ? ORDER BY seq LIMIT ?"""
+_SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
+_SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
+_FORGET_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE name = '{EVENTS}'"
+_INSTALL_BUSY_MS = 10_000
+
+
+def installed(con: sqlite3.Connection) -> bool:
+    """Whether the whole feed is there (its table and its six triggers).
+
+    Raises:
+        NotInstalled: only part of it is there (say which, and how to repair it).
+    """
+    parts = {name for _, name in con.execute(_FEED_PARTS, (EVENTS,)).fetchall()}
+    wanted = {EVENTS, *TRIGGERS}
+    found = parts & wanted
+    if found and found != wanted:
+        missing = ", ".join(sorted(wanted - found))
+        raise NotInstalled(
+            f"the change feed is only partly installed (missing {missing}): "
+            "run --uninstall, then --install"
+        )
+    return found == wanted
+
+
+def install(con: sqlite3.Connection) -> bool:
+    """Add the feed in one transaction; ``False`` if it was already there.
+
+    Raises:
+        ValueError: the file holds no queue (no ``jobs`` and ``redrives`` tables).
+    """
+    con.execute(f"PRAGMA busy_timeout = {_INSTALL_BUSY_MS}")
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        (tables,) = con.execute(_QUEUE_TABLES, (JOBS, REDRIVES)).fetchone()
+        if tables != 2:
+            raise ValueError("not a queue: no jobs and redrives tables")
+        if installed(con):
+            con.execute("ROLLBACK")
+            return False
+        con.execute(_CREATE_EVENTS)
+        for statement in TRIGGERS.values():
+            con.execute(statement)
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    return True
+
+
+def uninstall(con: sqlite3.Connection) -> bool:
+    """Remove the feed (its triggers, then its table) in one transaction; ``False`` if
+    there was none. The queue's own tables and rows are not touched."""
+    con.execute(f"PRAGMA busy_timeout = {_INSTALL_BUSY_MS}")
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        parts = {name for _, name in con.execute(_FEED_PARTS, (EVENTS,)).fetchall()}
+        for name in TRIGGERS:
+            if name in parts:
+                con.execute(f"DROP TRIGGER {name}")
+        if EVENTS in parts:
+            con.execute(f"DROP TABLE {EVENTS}")
+            con.execute(_FORGET_SEQUENCE)
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    return bool(parts & {EVENTS, *TRIGGERS})
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    number, changes, at_ms, table, op = row[:5]
+    used = len(COLUMNS.get(table, ()))
+    before: Row | None = tuple(row[5 : 5 + used]) if op in ("U", "D") else None
+    after: Row | None = tuple(row[5 + SLOTS : 5 + SLOTS + used]) if op in ("I", "U") else None
+    return Event(int(number), str(table), str(op), before, after, int(at_ms), int(changes))
+
+
+def read_events(con: sqlite3.Connection, after: int, limit: int) -> list[Event]:
+    """The feed's events numbered above ``after``, at most ``limit``, in order."""
+    cursor = con.cursor()
+    cursor.row_factory = None
+    rows = cursor.execute(_SELECT_EVENTS, (after, limit)).fetchall()
+    cursor.close()
+    return [_event(row) for row in rows]
+
+
+def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]]:
+    """In one read transaction: both tables and every event of the feed.
+
+    Raises:
+        NotInstalled: the queue has no feed.
+    """
+    con.execute("BEGIN")
+    try:
+        if not installed(con):
+            raise NotInstalled("no change feed on this queue: run courier conform --install first")
+        rows = {
+            JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
+            REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
+        }
+        events: list[Event] = []
+        while True:
+            batch = read_events(con, events[-1].number if events else 0, 100_000)
+            events += batch
+            if not batch:
+                break
+    finally:
+        con.execute("COMMIT")
+    return rows, events
+
+
+def _statements(events: list[Event]) -> Iterator[tuple[list[Event], bool]]:
+    """Split ``events`` into statements; each with whether it continues the connection of
+    the statement before it (``total_changes()``, see the module's docstring)."""
+    statement: list[Event] = []
+    continues = False  # whether ``statement`` continues the connection of the one before
+    for event in events:
+        if statement:
+            last = statement[-1]
+            if event.changes == last.changes + 1 and event.clock_ms == last.clock_ms:
+                statement.append(event)
+                continue
+            yield statement, continues
+            continues = event.changes == last.changes + 1 + len(statement)
+            statement = []
+        statement.append(event)
+    if statement:
+        yield statement, continues
+
+
+def blocks(events: list[Event]) -> list[Block]:
+    """The events as blocks: each the run of statements of one connection with nobody
+    else's change in between (one or more whole transactions, ``exact`` False)."""
+    found: list[list[list[Event]]] = []
+    for statement, same_connection in _statements(events):
+        if not found or not same_connection:
+            found.append([])
+        found[-1].append(statement)
+    return [
+        Block(
+            label=_label(statements),
+            statements=tuple(tuple(s) for s in statements),
+            exact=False,
+            position=statements[-1][-1].number,
+        )
+        for statements in found
+    ]
+
+
+def _label(statements: list[list[Event]]) -> str:
+    first, last = statements[0][0].number, statements[-1][-1].number
+    return f"feed #{first}" if first == last else f"feed #{first}-#{last}"
