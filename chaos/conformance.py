@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from courier import backend
-from courier.conform.checker import Feed, rules_for
+from courier.conform.checker import check_all, rules_for
 from courier.conform.report import summary_dict
 
 __all__ = ["UNEXPLAINED", "add_conformance", "conformance"]
@@ -27,14 +27,8 @@ SHOWN = 20  # unexplained transactions kept in the report, the first ones
 def conformance(target: str) -> dict[str, Any]:
     """``courier conform``'s summary of the queue at ``target``, its feed read whole."""
     rules = rules_for(target, simulated=False, skew_ms=0)
-    feed = Feed(target, rules)
-    try:
-        checker, blocks = feed.start()
-        for block in blocks:
-            checker.check(block)
-        summary = summary_dict(checker, backend.describe(target), rules, feed.position)
-    finally:
-        feed.close()
+    checker, position = check_all(target, rules)
+    summary = summary_dict(checker, backend.describe(target), rules, position)
     summary["findings"] = summary["findings"][:SHOWN]
     return summary
 

@@ -25,12 +25,12 @@ from typing import Any
 
 from courier import backend
 from courier.conform import postgres_feed, sqlite_feed
-from courier.conform.feed import JOBS, REDRIVES, Block, Event, NotInstalled
+from courier.conform.feed import Block, Event, NotInstalled
 from courier.conform.inference import DRAFTS, Draft, Miss, Rules, Step
 from courier.conform.judge import Difference, Nearest, judge, nearest, row_name
 from courier.conform.tables import Change, Tables, net_changes
 
-__all__ = ["Checker", "Feed", "Finding", "rules_for"]
+__all__ = ["Checker", "Feed", "Finding", "check_all", "rules_for"]
 
 READ_LIMIT = 20_000
 _A = {"enqueue": "an enqueue", "claim": "a claim", "finish": "a finish", "redrive": "a redrive"}
@@ -321,6 +321,18 @@ class Feed:
             self._advance([])
 
 
-def describe_tables(checker: Checker) -> dict[str, int]:
-    """How many rows the replayed tables hold now."""
-    return {JOBS: len(checker.tables.jobs), REDRIVES: len(checker.tables.redrives)}
+def check_all(target: backend.Target, rules: Rules) -> tuple[Checker, int]:
+    """Check the whole feed of the queue at ``target``; the checker and where the feed
+    ended (``courier conform QUEUE`` without ``--follow``).
+
+    Raises:
+        NotInstalled: the queue has no feed.
+    """
+    feed = Feed(target, rules)
+    try:
+        checker, blocks = feed.start()
+        for block in blocks:
+            checker.check(block)
+        return checker, feed.position
+    finally:
+        feed.close()
