@@ -24,7 +24,7 @@ from courier.commands.options import (
     queue_arg,
 )
 from courier.commands.output import EXIT_ERROR, EXIT_OK, out, print_json
-from courier.stop_signal import pause, stop_on_signals
+from courier.stop_signal import StopSignal, pause, stop_on_signals
 
 __all__ = ["cmd_conform", "conform_options", "install_feed", "uninstall_feed"]
 
@@ -132,6 +132,8 @@ def _change_feed(args: argparse.Namespace, shown: str) -> int:
 def _check(args: argparse.Namespace, shown: str, feed: Any) -> int:
     from courier.conform import report
 
+    # With --follow, Ctrl-C and SIGTERM stop it cleanly from the first read on.
+    stop = stop_on_signals() if args.follow else None
     checker, blocks = feed.start()
     _check_blocks(args, checker, blocks)
     if not args.follow:
@@ -141,7 +143,8 @@ def _check(args: argparse.Namespace, shown: str, feed: Any) -> int:
             for line in report.summary_lines(checker, shown, feed.rules):
                 out(line)
         return EXIT_ERROR if checker.unexplained else EXIT_OK
-    return _follow(args, shown, feed, checker)
+    assert stop is not None
+    return _follow(args, shown, feed, checker, stop)
 
 
 def _check_blocks(args: argparse.Namespace, checker: Any, blocks: list[Any]) -> list[int]:
@@ -162,10 +165,9 @@ def _check_blocks(args: argparse.Namespace, checker: Any, blocks: list[Any]) -> 
     return lags
 
 
-def _follow(args: argparse.Namespace, shown: str, feed: Any, checker: Any) -> int:
+def _follow(args: argparse.Namespace, shown: str, feed: Any, checker: Any, stop: StopSignal) -> int:
     from courier.conform import report
 
-    stop = stop_on_signals()
     started = time.monotonic()
     if not args.json:
         out(f"following the change feed of {shown} (Ctrl-C stops)")

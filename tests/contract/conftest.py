@@ -6,26 +6,39 @@
 borrowed connection itself, which the model does not have. A PostgreSQL database
 is asked for only when a ``pgworker`` example runs, so ``-k "not pgworker"`` needs
 no server. Every example fails if a call left a transaction open.
+
+With ``LEASE_QUEUE_CONFORM_FEED=1`` every queue file and database gets the change
+feed of ``courier conform --install`` first: the examples must pass unchanged, since
+the contract cannot see the feed (``docs/testing.md``, the conformance monitor).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from courier.commands.conform import install_feed
 from tests.contract.implementations import DATABASES, IMPLEMENTATIONS, Bound, Modelled, Queue
 from tests.stores.postgres import PostgresStore
 from tests.stores.sqlite import SQLiteStore
+
+WITH_FEED = os.environ.get("LEASE_QUEUE_CONFORM_FEED") == "1"
 
 
 def _open(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Queue:
     if name == "worker":
         files = SQLiteStore(str(tmp_path))
-        return Bound(name, files, files.fresh("queue"))
+        path = files.fresh("queue")
+        if WITH_FEED:
+            install_feed(path)
+        return Bound(name, files, path)
     if name == "pgworker":
         conninfo = request.getfixturevalue("pg_conninfo")  # a fresh database with the queue
+        if WITH_FEED:
+            install_feed(conninfo)
         return Bound(name, PostgresStore(conninfo), conninfo)
     return Modelled()
 

@@ -1,0 +1,84 @@
+"""``courier conform``: install, check (exit 0, or 1 with the unexplained transaction
+shown), ``--json``, ``--follow`` in a real child process, and uninstall."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import worker
+from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
+from courier.clock import clock_ms
+from courier.procs import courier_command, project_root
+
+FOLLOW_TIMEOUT_S = 60
+
+
+def _queue(tmp_path: Path) -> str:
+    path = str(tmp_path / "queue.sqlite")
+    worker.open_queue(path).close()
+    return path
+
+
+def test_install_check_and_uninstall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _queue(tmp_path)
+    assert main(["conform", path]) == EXIT_USAGE  # no feed yet: one line of bad input
+    assert "--install" in capsys.readouterr().err
+    assert main(["conform", path, "--install"]) == EXIT_OK
+    assert "change feed installed" in capsys.readouterr().out
+    con = worker.open_queue(path)
+    now = clock_ms() - 1000
+    worker.enqueue(con, {"id": "a", "qty": 1}, now, 60_000)
+    ticket = worker.claim(con, "c1", now)
+    assert ticket is not None
+    worker.finish(con, ticket, "ok", now + 1)
+    assert main(["conform", path]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "3 transactions checked" in out and "OK:" in out, out
+    con.execute("UPDATE jobs SET status = 'pending' WHERE id = 'a'")
+    con.close()
+    assert main(["conform", path, "--json"]) == EXIT_ERROR
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["transactions"], summary["unexplained"], summary["ok"]) == (4, 1, False)
+    assert summary["findings"][0]["changes"][0]["after"]["status"] == "pending"
+    assert main(["conform", path, "--uninstall"]) == EXIT_OK
+    assert "change feed removed" in capsys.readouterr().out
+
+
+def test_follow_checks_what_commits_next(tmp_path: Path) -> None:
+    path = _queue(tmp_path)
+    assert main(["conform", path, "--install", "--json"]) == EXIT_OK
+    command = courier_command("conform", path, "--follow", "--json", "--interval", "0.05")
+    with subprocess.Popen(
+        [*command, "--max-seconds", "30"],
+        cwd=project_root(),
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            con = worker.open_queue(path)
+            now = clock_ms() - 1000
+            worker.enqueue(con, {"id": "a", "qty": 1}, now, 60_000)
+            con.execute("UPDATE jobs SET qty = 2 WHERE id = 'a'")
+            con.close()
+            events = []
+            for line in child.stdout:  # bounded by --max-seconds
+                events.append(json.loads(line))
+                if events[-1]["event"] == "unexplained":
+                    break
+            child.terminate()
+            rest = [json.loads(line) for line in child.stdout]
+            assert child.wait(FOLLOW_TIMEOUT_S) == EXIT_ERROR
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(FOLLOW_TIMEOUT_S)
+    unexplained = [e for e in events if e["event"] == "unexplained"]
+    assert unexplained and unexplained[0]["changes"][0]["after"]["qty"] == 2
+    summary = rest[-1]
+    assert summary["event"] == "summary"
+    assert (summary["transactions"], summary["unexplained"]) == (2, 1)
