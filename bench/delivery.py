@@ -24,7 +24,7 @@ from courier.runner import run_courier
 from courier.stop_rules import StopRules
 from tests.stores.sqlite import SQLiteStore
 
-__all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve"]
+__all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve", "serving"]
 
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
@@ -109,7 +109,7 @@ def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
 
 
 @contextlib.contextmanager
-def _serving(kind: str, inbox: Path) -> Iterator[str]:
+def serving(kind: str, inbox: Path) -> Iterator[str]:
     """``serve`` in a spawned process for the duration; its URL."""
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()
@@ -167,7 +167,7 @@ def _layer(name: str, path: Path, folder: Path, seconds: float) -> dict[str, Any
         send: Callable[[dict[str, Any]], bool] = _instant
         if name != "run_once":
             kind = "HTTP" if name == "HTTP" else "receiver"
-            url = stack.enter_context(_serving(kind, folder / f"inbox-{name}.sqlite"))
+            url = stack.enter_context(serving(kind, folder / f"inbox-{name}.sqlite"))
             send = stack.enter_context(HttpSend(url, owner, TIMEOUT_MS))
         if name == "runner":
             assert isinstance(send, HttpSend)
@@ -213,7 +213,7 @@ def fleet(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
     and the effects the receiver's inbox holds."""
     inbox = folder / f"inbox-fleet-{processes}.sqlite"
     queue_file = _queue_file(SQLiteStore(str(folder)), f"fleet-{processes}", seconds)
-    with queue_file as path, _serving("receiver", inbox) as url:
+    with queue_file as path, serving("receiver", inbox) as url:
         _, reports, _ = start_fleet(
             courier,
             lambda owner: (str(path), url, owner, seconds),

@@ -169,7 +169,9 @@ def _follow(args: argparse.Namespace, shown: str, feed: Any, checker: Any, stop:
     from courier.conform import report
 
     started = time.monotonic()
-    if not args.json:
+    if args.json:
+        _progress(args, checker, [], 0)  # the first line: what was there, checked
+    else:
         out(f"following the change feed of {shown} (Ctrl-C stops)")
         for line in report.summary_lines(checker, shown, feed.rules)[:2]:
             out(line)

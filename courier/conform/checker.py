@@ -95,15 +95,37 @@ class Checker:
         return findings
 
     def _grow(self, block: Block, statements: list[_Statement], start: int) -> tuple[int, Finding]:
-        """The transaction starting at ``statements[start]``: its end and its finding."""
-        drafts = [make(self.tables, self.rules) for make in DRAFTS]
+        """The transaction starting at ``statements[start]``: its end and its finding.
+
+        The drafts take statement after statement while any of them can, and the
+        transaction is the longest run of statements some draft concludes on. Usually
+        that is the run the drafts took whole, so that one is concluded first (after
+        taking it again with fresh drafts, if a statement after it left the drafts
+        half-changed); only if no draft concludes there are the shorter runs tried
+        (``_shorter``). A conclusion may cost a look at every live job (a strict
+        claim), so it is asked for once per transaction, not once per statement.
+        """
         misses: dict[str, str] = {}
-        best: tuple[int, list[Step]] | None = None
+        end, drafts, clean = self._take(statements, start, len(statements), misses)
+        if not clean:
+            end, drafts, _ = self._take(statements, start, end, {})
+        steps = self._conclusions(drafts, misses) if end > start else []
+        if steps:
+            return end, self._judged(block, statements[start:end], steps)
+        return self._shorter(block, statements, start, misses)
+
+    def _take(
+        self, statements: list[_Statement], start: int, limit: int, misses: dict[str, str]
+    ) -> tuple[int, list[Draft], bool]:
+        """Fresh drafts given ``statements[start:limit]`` in turn, until none can take the
+        next: where they stopped, the drafts that took every statement up to there, and
+        whether those are as they were there (no statement after it half-changed them)."""
+        drafts = [make(self.tables, self.rules) for make in DRAFTS]
         end = start
-        while end < len(statements) and drafts:
+        while end < limit:
             statement = statements[end]
             if statement.odd:
-                break
+                return end, drafts, True
             alive = []
             for draft in drafts:
                 try:
@@ -112,17 +134,37 @@ class Checker:
                 except Miss as miss:
                     misses.setdefault(draft.kind, f"not {_A[draft.kind]}: {miss}")
             if not alive:
+                return end, drafts, False
+            drafts, end = alive, end + 1
+        return end, drafts, True
+
+    def _shorter(
+        self, block: Block, statements: list[_Statement], start: int, misses: dict[str, str]
+    ) -> tuple[int, Finding]:
+        """``_grow`` when no draft concludes on the longest run: a copy of the drafts is
+        kept at each end, and the ends are tried from the longest down."""
+        drafts = [make(self.tables, self.rules) for make in DRAFTS]
+        ends: list[tuple[int, list[Draft]]] = []
+        end = start
+        while end < len(statements) and drafts and not statements[end].odd:
+            statement = statements[end]
+            alive = []
+            for draft in drafts:
+                try:
+                    draft.add(statement.changes, statement.clock_ms)
+                    alive.append(draft)
+                except Miss:
+                    pass
+            if not alive:
                 break
             drafts, end = alive, end + 1
-            steps = self._conclusions(drafts, misses)
+            ends.append((end, [draft.snapshot() for draft in drafts]))
+        for stop, concluding in reversed(ends):
+            steps = self._conclusions(concluding, misses)
             if steps:
-                best = (end, steps)
-        if best is None:
-            stop = max(end, start + 1)
-            finding = self._unexplained(block, statements[start:stop], list(misses.values()))
-            return stop, finding
-        stop, steps = best
-        return stop, self._judged(block, statements[start:stop], steps)
+                return stop, self._judged(block, statements[start:stop], steps)
+        stop = max(end, start + 1)
+        return stop, self._unexplained(block, statements[start:stop], list(misses.values()))
 
     @staticmethod
     def _conclusions(drafts: list[Draft], misses: dict[str, str]) -> list[Step]:

@@ -35,6 +35,7 @@ with the job's token.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +182,14 @@ class Draft:
 
     def conclude(self) -> Step:
         raise NotImplementedError
+
+    def snapshot(self) -> Draft:
+        """A copy of the draft as it is now, which later ``add``s leave alone."""
+        twin = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, list | set | dict):
+                setattr(twin, name, copy.copy(value))
+        return twin
 
     def _at_least(self, value: int) -> None:
         self.lo = max(self.lo, value)

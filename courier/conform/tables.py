@@ -65,6 +65,8 @@ def net_changes(events: Iterable[Event]) -> tuple[list[Change], list[str]]:
             changes[key] = Change(event.table, event.seq, event.before, event.after, event.number)
         else:
             changes[key] = Change(event.table, event.seq, known.before, event.after, known.first)
+    if len(changes) < 2:  # most statements change one row
+        return list(changes.values()), odd
     return sorted(changes.values(), key=lambda change: change.first), odd
 
 

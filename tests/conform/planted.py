@@ -38,6 +38,11 @@ _LIVE = "AND qty = ? AND owner = ? AND token = ? AND attempts = ? AND lease_unti
 _TIME = "AND ? < lease_until AND ? < deadline"
 _SETTLE_SET = "  SET status = ?, reason = ?, available_at = ?, owner = NULL, lease_until = NULL"
 _QUARANTINE_SET = "SET status = 'dead', reason = 'deadline', owner = NULL, lease_until = NULL"
+_LEASE_SET = (
+    "SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL"
+)
+_EXHAUSTED_LEASED = "WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"
+_EXHAUSTED_ANY = "WHERE status = 'leased' AND :now >= 0 AND attempts >= max_attempts"
 _REQUEUE_SET = "SET status = 'pending', attempts = 0, available_at = ?, deadline = ?,"
 
 PLANTS = (
@@ -88,6 +93,24 @@ PLANTS = (
         (
             ("{_RETRIED} AND available_at <= :now),", "{_RETRIED}),"),
             ("{_RETRIED} AND +available_at <= :now ORDER", "{_RETRIED} ORDER"),
+        ),
+    ),
+    Plant(
+        "claim-keeps-reason",
+        "claim leases a retried job but leaves its reason (retry) on the lease",
+        ((_LEASE_SET, _LEASE_SET.replace(", reason = NULL", "")),),
+    ),
+    Plant(
+        "claim-moves-available-at",
+        "claim sets the job's available_at to the end of its lease",
+        ((_LEASE_SET, _LEASE_SET + ", available_at = lease_until"),),
+    ),
+    Plant(
+        "quarantine-takes-running-lease",
+        "the quarantine takes a leased job whose budget is spent before its lease has expired",
+        (
+            (f'  {_EXHAUSTED_LEASED}"""', f'  {_EXHAUSTED_ANY}"""'),
+            (f'    {_EXHAUSTED_LEASED})"""', f'    {_EXHAUSTED_ANY})"""'),
         ),
     ),
     Plant(
@@ -157,6 +180,7 @@ def soak(bug: Plant, folder: Path, options: tuple[str, ...] = SOAK) -> dict[str,
         "unexplained": conformance["unexplained"],
         "flagged": conformance["unexplained"] > 0,
         "first": first,
+        "operations": conformance["operations"],
         "soak_ok": result["ok"],
         "other_failures": [f for f in result["failures"] if "model step" not in f],
     }
