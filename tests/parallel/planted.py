@@ -429,8 +429,13 @@ def rates(bug: Plant, folder: Path, count: int, conninfo: str | None = None) -> 
 
     drawn: list[Any] = []
 
-    @settings(max_examples=count, derandomize=True, database=None)
-    @settings(suppress_health_check=list(HealthCheck), deadline=None)
+    @settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
     @given(programs())
     def draw(program: Any) -> None:
         drawn.append(program)
