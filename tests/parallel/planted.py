@@ -355,42 +355,38 @@ def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Store:
 def hunt(
     bug: Plant, folder: Path, conninfo: str | None = None, replays: int = 10
 ) -> dict[str, object]:
-    """Run the parallel suite under the scheduler as CI runs it (the ``ci`` profile,
-    derandomized) on the plant: the programs and the time to the first failure, the
-    time shrinking took, the shrunk program, and how many of ``replays`` replays of the
-    saved case fail."""
+    """Run the parallel suite's own scheduled test as CI runs it (the test function of
+    ``tests/parallel/test_parallel.py``, so its derandomized sequence of programs and
+    schedules, under the active profile) on the plant: the programs and the time to the
+    first failure, the time shrinking took, the shrunk program, and how many of
+    ``replays`` replays of the saved case fail."""
     import contextlib
     import time
 
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
+    from tests.parallel import test_parallel as ci
     from tests.parallel.case import Case, judged
-    from tests.parallel.schedule import Replay, runs_of, schedules
-    from tests.parallel.strategies import programs
+    from tests.parallel.schedule import Replay
     from tests.parallel.suite import Suite
-    from tests.profiles import parallel_settings
 
-    count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
-    ci_settings, sizes = parallel_settings(count)
     store = plant(bug, folder, conninfo)
-    suite = Suite(store, bug.name, sizes.budget)
-    explicit = st.booleans() if bug.store == "postgres" else None
     started = time.monotonic()
     seen: dict[str, object] = {}
 
-    @settings(ci_settings, database=None, print_blob=False)
-    @given(schedules=runs_of(schedules(explicit), sizes.schedules), program=programs())
-    def scheduled_suite(program: Any, schedules: Any) -> None:
-        try:
-            suite.check(program, schedules)
-        except AssertionError:
-            seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
-            seen.setdefault("programs_to_first_failure", suite.programs)
-            raise
+    class Hunted(Suite):
+        def check(self, program: Any, schedules: Any) -> Any:
+            try:
+                return super().check(program, schedules)
+            except AssertionError:
+                seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
+                seen.setdefault("programs_to_first_failure", self.programs)
+                raise
 
+    suite = Hunted(store, bug.name, ci.SIZES.budget)
     with contextlib.suppress(AssertionError):
-        scheduled_suite()
+        if bug.store == "sqlite":
+            ci.test_scheduled_histories_linearize(sqlite_suite=suite)
+        else:
+            ci.test_scheduled_histories_linearize_on_postgres(postgres_suite=suite)
     result: dict[str, object] = {"plant": bug.name, "caught": suite.last_failure is not None}
     result |= seen
     if suite.last_failure is None:
@@ -398,7 +394,7 @@ def hunt(
     case, judgement, path = suite.last_failure
     total = time.monotonic() - started
     failed = sum(
-        judged(case.program, store, Replay.of(Case.load(path).schedule), sizes.budget).failed
+        judged(case.program, store, Replay.of(Case.load(path).schedule), ci.SIZES.budget).failed
         for _ in range(replays)
     )
     return result | {
