@@ -73,6 +73,7 @@ _SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
 _SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
 _FORGET_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE name = '{EVENTS}'"
 _INSTALL_BUSY_MS = 10_000
+SNAPSHOT_CHUNK = 20_000  # events per read transaction of a first read
 
 
 def installed(con: sqlite3.Connection) -> bool:
@@ -158,28 +159,34 @@ def read_events(con: sqlite3.Connection, after: int, limit: int) -> list[Event]:
 
 
 def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]]:
-    """In one read transaction: both tables and every event of the feed.
+    """Both tables and every event of the feed, the rows as they were after the last event.
+
+    The events are read in chunks, each in a read transaction of its own (a read holds
+    the file's shared lock, which keeps writers from committing), and the last chunk with
+    both tables in one: events are only ever added, so the rows then are the rows after
+    every event read.
 
     Raises:
         NotInstalled: the queue has no feed.
     """
-    con.execute("BEGIN")
-    try:
-        if not installed(con):
-            raise NotInstalled("no change feed on this queue: run courier conform --install first")
-        rows = {
-            JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
-            REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
-        }
-        events: list[Event] = []
-        while True:
-            batch = read_events(con, events[-1].number if events else 0, 100_000)
+    events: list[Event] = []
+    while True:
+        con.execute("BEGIN")
+        try:
+            if not installed(con):
+                raise NotInstalled(
+                    "no change feed on this queue: run courier conform --install first"
+                )
+            batch = read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
             events += batch
-            if not batch:
-                break
-    finally:
-        con.execute("COMMIT")
-    return rows, events
+            if len(batch) < SNAPSHOT_CHUNK:
+                rows = {
+                    JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
+                    REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
+                }
+                return rows, events
+        finally:
+            con.execute("COMMIT")
 
 
 def _statements(events: list[Event]) -> Iterator[tuple[list[Event], bool]]:

@@ -101,9 +101,33 @@ PLANTS = (
         ((_LEASE_SET, _LEASE_SET.replace(", reason = NULL", "")),),
     ),
     Plant(
-        "claim-moves-available-at",
-        "claim sets the job's available_at to the end of its lease",
-        ((_LEASE_SET, _LEASE_SET + ", available_at = lease_until"),),
+        "claim-keeps-attempts",
+        "claim's ticket counts the attempt, but the row keeps the attempts it had",
+        (
+            (
+                'con.execute(_LEASE, (ticket["attempt"], ticket["token"],',
+                'con.execute(_LEASE, (attempts, ticket["token"],',
+            ),
+        ),
+    ),
+    Plant(
+        "enqueue-deadline-is-ttl",
+        "enqueue stores the ttl as the deadline (now is not added)",
+        (
+            (
+                "return _intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts)",
+                "return _intake(con, job_id, qty, now_ms, ttl_ms, max_attempts)",
+            ),
+            (
+                "_intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts))",
+                "_intake(con, job_id, qty, now_ms, ttl_ms, max_attempts))",
+            ),
+        ),
+    ),
+    Plant(
+        "finish-ok-with-reason",
+        "finish gives a done job the reason ok (the contract's done job has none)",
+        (('        return "done", None, now_ms\n', '        return "done", "ok", now_ms\n'),),
     ),
     Plant(
         "quarantine-takes-running-lease",
@@ -135,7 +159,7 @@ PLANTS = (
     ),
     Plant(
         "redrive-keeps-deadline",
-        "redrive renews the budget but keeps the passed deadline",
+        "redrive renews the budget but keeps the old deadline",
         (
             (
                 _REQUEUE_SET,
@@ -150,6 +174,7 @@ BY_NAME = {bug.name: bug for bug in PLANTS}
 PACKAGES = ("chaos", "courier", "model")
 SOAK = ("--seconds", "20", "--recovery-seconds", "15", "--jobs", "400", "--seed", "1")
 SOAK_TIMEOUT_S = 600
+SHOWN = 110  # characters of the first unexplained transaction's reasons, in the table
 
 
 def soak(bug: Plant, folder: Path, options: tuple[str, ...] = SOAK) -> dict[str, Any]:
@@ -207,6 +232,7 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         first = r.get("first") or r.get("error", "").splitlines()[-1:] or "-"
         shown = first if isinstance(first, str) else " ".join(first)
+        shown = shown if len(shown) <= SHOWN else shown[: SHOWN - 3] + "..."
         lines.append(
             f"| `{r['plant']}` | {r['summary']} | {r.get('transactions', '-')} "
             f"| {r.get('unexplained', '-')} | {shown.replace('|', '/')} |"
