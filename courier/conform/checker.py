@@ -18,6 +18,7 @@ undoing every event) and then, on each ``poll``, the transactions committed sinc
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from courier.conform.feed import Block, Event, NotInstalled
 from courier.conform.inference import DRAFTS, Draft, Miss, Rules, Step
 from courier.conform.judge import Difference, Nearest, judge, nearest, row_name
 from courier.conform.tables import Change, Tables, net_changes
+from courier.transient import is_busy
 
 __all__ = ["Checker", "Feed", "Finding", "check_all", "rules_for"]
 
@@ -324,6 +326,8 @@ class Feed:
         return blocks
 
     def _sqlite_blocks(self) -> list[Block]:
+        """What committed since the last read; nothing when the file was busy (writers
+        kept their locks past the 1 s busy timeout): the next poll reads it."""
         limit = READ_LIMIT
         while True:
             self.con.execute("BEGIN")
@@ -331,8 +335,13 @@ class Feed:
                 if not sqlite_feed.installed(self.con):
                     raise NotInstalled("the change feed was removed from this queue")
                 events = sqlite_feed.read_events(self.con, self.position, limit)
+            except sqlite3.OperationalError as error:
+                if is_busy(error):
+                    return []
+                raise
             finally:
-                self.con.execute("COMMIT")
+                if self.con.in_transaction:
+                    self.con.execute("COMMIT")
             blocks = sqlite_feed.blocks(events)
             if len(events) < limit:
                 return blocks

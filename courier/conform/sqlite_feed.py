@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
+from courier.transient import is_busy
 
 __all__ = ["TRIGGERS", "blocks", "install", "installed", "read_events", "snapshot", "uninstall"]
 
@@ -74,6 +75,9 @@ _SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER B
 _FORGET_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE name = '{EVENTS}'"
 _INSTALL_BUSY_MS = 10_000
 SNAPSHOT_CHUNK = 20_000  # events per read transaction of a first read
+# A read waits up to the connection's 1 s busy timeout while writers commit; a first read
+# tries again this many times in all (a busy queue file, not a broken one).
+BUSY_RETRIES = 30
 
 
 def installed(con: sqlite3.Connection) -> bool:
@@ -170,6 +174,7 @@ def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]
         NotInstalled: the queue has no feed.
     """
     events: list[Event] = []
+    busy = 0
     while True:
         con.execute("BEGIN")
         try:
@@ -178,15 +183,20 @@ def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]
                     "no change feed on this queue: run courier conform --install first"
                 )
             batch = read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
-            events += batch
             if len(batch) < SNAPSHOT_CHUNK:
                 rows = {
                     JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
                     REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
                 }
-                return rows, events
+                return rows, events + batch
+            events += batch
+        except sqlite3.OperationalError as error:
+            busy += 1
+            if not is_busy(error) or busy > BUSY_RETRIES:
+                raise
         finally:
-            con.execute("COMMIT")
+            if con.in_transaction:
+                con.execute("COMMIT")
 
 
 def _statements(events: list[Event]) -> Iterator[tuple[list[Event], bool]]:
