@@ -2,10 +2,11 @@
 
 Three measurements (see docs/operations.md, the conformance monitor, for what they mean):
 
-- **the feed's cost**: single calls and batches of 64 on fresh queues with and without
-  the change feed, side by side in each round (the two alternate, rounds interleaved;
-  medians over rounds), on a queue file and, when a server can be had, on PostgreSQL:
-  each phase's calls (or jobs) per second and the ratio with/without;
+- **the feed's cost**: single calls and batches of 64 on two fresh queues, one without
+  and one with the change feed, call by call in turn (``bench.measure.paired``: both
+  meet the disk and the machine's load in the same second), in each of ``bench.ops``'
+  phases; the median round of each phase's rate with the feed over its rate without, on
+  a queue file and on PostgreSQL;
 - **the checker's speed**: the feeds those runs wrote, checked whole by ``check_all``
   in this one process (one core), as changes and transactions per second of wall and
   of CPU time; every one must be explained (the calls use times of their own: the
@@ -33,15 +34,8 @@ from typing import Any
 
 import worker
 from bench import delivery
-from bench.measure import (
-    add_record_options,
-    fleet,
-    fleet_totals,
-    log,
-    median_of_rounds,
-    record_or_render,
-)
-from bench.ops import Calls, timed_phases
+from bench.measure import add_record_options, fleet, fleet_totals, log, paired, record_or_render
+from bench.ops import Calls, phases
 from bench.rows import fill
 from bench.server import postgres_server
 from courier.clock import clock_ms
@@ -53,7 +47,6 @@ from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["Settings", "main", "run"]
 
-MODES = ("without", "with")
 FOLLOW_BOUND_S = 300.0  # --follow's own --max-seconds beyond the fleet's: a safety bound
 DRAIN_S = 2.0  # after the fleet, before the follower is stopped
 
@@ -82,6 +75,24 @@ QUICK = Settings(
     follow_seconds=1.0,
     postgres=False,
 )
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One phase on both queues, call by call in turn (``bench.measure.paired``): the
+    jobs each handled and the seconds each took."""
+
+    count: int
+    without_s: float
+    with_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "jobs": self.count,
+            "without_per_s": round(self.count / self.without_s, 1) if self.without_s else 0.0,
+            "with_per_s": round(self.count / self.with_s, 1) if self.with_s else 0.0,
+            "ratio": round(self.without_s / self.with_s, 3) if self.with_s else 0.0,
+        }
 
 
 @contextlib.contextmanager
@@ -127,57 +138,56 @@ def _checked(target: str) -> dict[str, Any]:
     }
 
 
-def _round(store: Store, s: Settings, number: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """One round of the feed's cost on ``store``: each shape of call without and with the
-    feed (their order flips every round); the figures, and the checks of the fed queues."""
+def _settler(store: Store, cons: list[Any]) -> Any:
+    """What runs between two phases: PostgreSQL's vacuum and statistics (``settle``)."""
+    settle = getattr(store, "settle", None)
+    return (lambda: [settle(con) for con in cons]) if settle is not None else (lambda: None)
+
+
+def _round(store: Store, s: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One round of the feed's cost on ``store``: each shape of call on a queue without
+    and a queue with the feed, call by call in turn; the figures, and the checks of the
+    fed queues."""
     figures: dict[str, Any] = {}
     checks: dict[str, Any] = {}
     for shape, size, count in (("single", 1, s.count), ("batch", s.batch_size, s.batches)):
-        figures[shape] = {}
-        for mode in MODES if number % 2 else MODES[::-1]:
-            with _queue(store, f"{shape}-{mode}", mode == "with") as (target, con):
-                timed = timed_phases(
-                    Calls(store.module(), con, size), count, s.max_seconds, _settler(store, con)
-                )
-                figures[shape][mode] = {phase: f.as_dict() for phase, f in timed.items()}
-                if mode == "with":
-                    checks[shape] = _checked(target)
+        with (
+            _queue(store, f"{shape}-without", False) as (_, bare),
+            _queue(store, f"{shape}-with", True) as (target, fed),
+        ):
+            queues = [Calls(store.module(), con, size) for con in (bare, fed)]
+
+            def timer(_: str, steps: Any, n: int, size: int = size) -> Pair:
+                done, without_s, with_s = paired(steps, n, s.max_seconds)
+                return Pair(done * size, without_s, with_s)
+
+            timed = phases(queues, count, timer, _settler(store, [bare, fed]))
+            figures[shape] = {phase: pair.as_dict() for phase, pair in timed.items()}
+            checks[shape] = _checked(target)
     return figures, checks
 
 
-def _settler(store: Store, con: Any) -> Any:
-    """What runs between two phases: PostgreSQL's vacuum and statistics (``settle``)."""
-    settle = getattr(store, "settle", None)
-    return (lambda: settle(con)) if settle is not None else (lambda: None)
-
-
-def _ratios(figures: dict[str, Any]) -> dict[str, Any]:
-    """Each phase's rate with the feed over its rate without (1.0: no cost)."""
-    return {
-        shape: {
-            phase: round(both["with"][phase]["per_s"] / both["without"][phase]["per_s"], 3)
-            for phase in both["without"]
-        }
-        for shape, both in figures.items()
-    }
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def feed_cost(store: Store, s: Settings) -> dict[str, Any]:
-    """The feed's cost on ``store`` over ``s.rounds`` rounds, and the checker's speed on
-    the feeds of the last round."""
+    """The feed's cost on ``store`` over ``s.rounds`` rounds (each phase's ratio the
+    median round's), and the checker's speed on the feeds of the last round."""
     rounds: list[dict[str, Any]] = []
     checks: dict[str, Any] = {}
     for number in range(1, s.rounds + 1):
         log(f"{store.name}: round {number}/{s.rounds}")
-        figures, checks = _round(store, s, number)
+        figures, checks = _round(store, s)
         rounds.append(figures)
-    merged = median_of_rounds(rounds)
-    return {
-        "calls": merged,
-        "ratio_with_over_without": _ratios(merged),
-        "ratios_by_round": [_ratios(r) for r in rounds],
-        "checker": checks,
+    ratios = {
+        shape: {
+            phase: _median([r[shape][phase]["ratio"] for r in rounds]) for phase in rounds[0][shape]
+        }
+        for shape in rounds[0]
     }
+    return {"rounds": rounds, "ratio_with_over_without": ratios, "checker": checks}
 
 
 def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
@@ -252,8 +262,8 @@ def summary(record: dict[str, Any]) -> list[str]:
         if backend not in record:
             continue
         ratios = record[backend]["ratio_with_over_without"]
-        for shape, phases in ratios.items():
-            shown = ", ".join(f"{phase} {ratio:.2f}" for phase, ratio in phases.items())
+        for shape, by_phase in ratios.items():
+            shown = ", ".join(f"{phase} {ratio:.2f}" for phase, ratio in by_phase.items())
             lines.append(f"{backend} {shape}: with/without the feed {shown}")
         for shape, check in record[backend]["checker"].items():
             lines.append(
