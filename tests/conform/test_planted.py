@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from courier.procs import project_root
-from tests.conform.planted import PLANTS, ROOT, table
+from tests.conform.planted import PLANTS, table
+from tests.parallel.planted import ROOT
 
 RECORD = project_root() / "docs" / "conform-planted.json"
 
