@@ -27,13 +27,13 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import worker
 from bench import delivery
+from bench import postgres as pg_bench
 from bench.measure import add_record_options, fleet, fleet_totals, log, paired, record_or_render
 from bench.ops import Calls, phases
 from bench.rows import fill
@@ -190,20 +190,12 @@ def feed_cost(store: Store, s: Settings) -> dict[str, Any]:
     return {"rounds": rounds, "ratio_with_over_without": ratios, "checker": checks}
 
 
-def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
-    """``courier conform --follow`` beside ``s.couriers`` courier processes delivering to
-    the real receiver from one queue file with the feed: what it checked and its lag."""
-    files = SQLiteStore(str(folder))
-    path = files.fresh("follow")
-    con = worker.open_queue(path)
-    try:
-        fill(con, int(delivery.JOBS_PER_SECOND_CEILING * s.follow_seconds) + 1_000, clock_ms())
-    finally:
-        con.close()
-    install_feed(path)
-    inbox = folder / "inbox-follow.sqlite"
+def _following(target: str, s: Settings, run_fleet: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``courier conform --follow --json`` on ``target`` (which has the feed) while
+    ``run_fleet()`` runs its couriers; the fleet's totals, what the follower checked and
+    its lag."""
     bound_s = s.follow_seconds + FOLLOW_BOUND_S
-    command = courier_command("conform", path, "--follow", "--json")
+    command = courier_command("conform", target, "--follow", "--json")
     command += ["--interval", str(s.interval_s), "--max-seconds", str(bound_s)]
     with subprocess.Popen(
         command, cwd=project_root(), stdout=subprocess.PIPE, text=True
@@ -211,13 +203,7 @@ def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
         try:
             assert follower.stdout is not None
             first = follower.stdout.readline()  # it has read the feed once: it follows
-            with delivery.serving("receiver", inbox) as url:
-                _, reports, _ = fleet(
-                    delivery.courier,
-                    lambda owner: (str(path), url, owner, s.follow_seconds),
-                    s.couriers,
-                    s.follow_seconds + delivery.RESULT_GRACE_S,
-                )
+            couriers = run_fleet()
             time.sleep(DRAIN_S)  # what committed last is read and checked
             follower.send_signal(signal.SIGTERM)  # it stops, printing its summary
             out, _ = follower.communicate(timeout=bound_s)
@@ -229,9 +215,8 @@ def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
     events = [json.loads(line) for line in lines if line.startswith("{")]
     ended: dict[str, Any] = next((e for e in events[::-1] if e.get("event") == "summary"), {})
     progress = [e for e in events if e.get("event") == "progress"]
-    files.remove(path)
     return {
-        "couriers": fleet_totals(s.couriers, s.follow_seconds, reports, "deliveries", "stale"),
+        "couriers": couriers,
         "interval_s": s.interval_s,
         "transactions": ended.get("transactions"),
         "changes": ended.get("changes"),
@@ -242,14 +227,73 @@ def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
     }
 
 
-def run(folder: Path, s: Settings) -> dict[str, Any]:
-    """Every measurement in ``folder``; the record."""
+def _filled(store: Store, label: str, s: Settings) -> str:
+    """A fresh queue of ``store`` with more due jobs than the fleet can take, then the feed."""
+    target = store.fresh(label)
+    con = store.connect(target)
+    try:
+        fill(con, int(delivery.JOBS_PER_SECOND_CEILING * s.follow_seconds) + 1_000, clock_ms())
+        getattr(store, "settle", lambda _: None)(con)
+    finally:
+        con.close()
+    install_feed(target)
+    return target
+
+
+def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
+    """``courier conform --follow`` beside ``s.couriers`` courier processes delivering to
+    the real receiver from one queue file with the feed."""
+    files = SQLiteStore(str(folder))
+    path = _filled(files, "follow", s)
+
+    def run_fleet() -> dict[str, Any]:
+        with delivery.serving("receiver", folder / "inbox-follow.sqlite") as url:
+            _, reports, _ = fleet(
+                delivery.courier,
+                lambda owner: (path, url, owner, s.follow_seconds),
+                s.couriers,
+                s.follow_seconds + delivery.RESULT_GRACE_S,
+            )
+        return fleet_totals(s.couriers, s.follow_seconds, reports, "deliveries", "stale")
+
+    try:
+        return _following(path, s, run_fleet)
+    finally:
+        files.remove(path)
+
+
+def follow_lag_postgres(store: Store, s: Settings) -> dict[str, Any]:
+    """``courier conform --follow`` beside ``s.couriers`` processes of ``bench.postgres``'
+    claim+finish couriers (no HTTP) on one PostgreSQL queue with the feed."""
+    target = _filled(store, "follow", s)
+
+    def run_fleet() -> dict[str, Any]:
+        _, reports, _ = fleet(
+            pg_bench.courier,
+            lambda owner: ("postgres", target, owner, s.follow_seconds),
+            s.couriers,
+            s.follow_seconds + delivery.RESULT_GRACE_S,
+        )
+        return fleet_totals(s.couriers, s.follow_seconds, reports, "cycles", "stale")
+
+    try:
+        return _following(target, s, run_fleet)
+    finally:
+        store.remove(target)
+
+
+def run(folder: Path, s: Settings, follow_only: bool = False) -> dict[str, Any]:
+    """Every measurement in ``folder`` (only ``--follow``'s with ``follow_only``); the record."""
     record: dict[str, Any] = {"meta": {"settings": asdict(s)}}
-    record["sqlite"] = feed_cost(SQLiteStore(str(folder)), s)
+    if not follow_only:
+        record["sqlite"] = feed_cost(SQLiteStore(str(folder)), s)
     if s.postgres:
         with postgres_server(folder) as server:
             record["meta"]["postgres"] = server.version()
-            record["postgres"] = feed_cost(server.store(), s)
+            if not follow_only:
+                record["postgres"] = feed_cost(server.store(), s)
+            log(f"--follow on PostgreSQL beside {s.couriers} couriers for {s.follow_seconds} s")
+            record["follow_postgres"] = follow_lag_postgres(server.store(), s)
     log(f"--follow beside {s.couriers} couriers for {s.follow_seconds} s")
     record["follow"] = follow_lag(folder, s)
     return record
@@ -259,7 +303,7 @@ def summary(record: dict[str, Any]) -> list[str]:
     """The figures the issue asks for, in a few lines."""
     lines = []
     for backend in ("sqlite", "postgres"):
-        if backend not in record:
+        if "ratio_with_over_without" not in record.get(backend, {}):
             continue
         ratios = record[backend]["ratio_with_over_without"]
         for shape, by_phase in ratios.items():
@@ -272,12 +316,15 @@ def summary(record: dict[str, Any]) -> list[str]:
                 f"({check['changes_per_cpu_s']:.0f} per CPU s), "
                 f"{check['unexplained']} unexplained"
             )
-    follow = record["follow"]
-    lines.append(
-        f"--follow beside {follow['couriers']['processes']} couriers "
-        f"({follow['couriers']['per_s']} deliveries/s): {follow['transactions']} transactions, "
-        f"{follow['unexplained']} unexplained, lag at most {follow['lag_ms_max']} ms"
-    )
+    for key in ("follow", "follow_postgres"):
+        if key not in record:
+            continue
+        follow = record[key]
+        lines.append(
+            f"{key}: --follow beside {follow['couriers']['processes']} couriers "
+            f"({follow['couriers']['per_s']} per s): {follow['transactions']} transactions, "
+            f"{follow['unexplained']} unexplained, lag at most {follow['lag_ms_max']} ms"
+        )
     return lines
 
 
@@ -285,11 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     add_record_options(parser, page=None)
     parser.add_argument("--no-postgres", action="store_true", help="the queue file only")
+    parser.add_argument("--follow-only", action="store_true", help="only --follow's lag")
     args = parser.parse_args(argv)
     settings = QUICK if args.quick else Settings()
     if args.no_postgres:
         settings = Settings(**{**asdict(settings), "postgres": False})
-    record = record_or_render(args, argv, "bench.conform", lambda work: run(work, settings))
+    record = record_or_render(
+        args, argv, "bench.conform", lambda work: run(work, settings, args.follow_only)
+    )
     for line in summary(record):
         print(line)
     return 0
