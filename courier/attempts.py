@@ -19,9 +19,11 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
    ``detail`` (the start of the answer's body, or the error's text, at most 200
    characters).
 3. **Best effort.** The log is diagnostics, not state: its sidecar runs with
-   ``synchronous=NORMAL`` (a power cut may lose its last rows, never the queue's),
-   and a courier that cannot write it logs a line and goes on delivering. A queue
-   with no log yet reads as one with no attempts.
+   ``synchronous=NORMAL`` and its PostgreSQL session with ``synchronous_commit=off``
+   (a power cut may lose its last rows, never the queue's), a round's attempts are
+   written in one transaction (``record_many``), and a courier that cannot write
+   it logs a line and goes on delivering. A queue with no log yet reads as one
+   with no attempts.
 4. The log is created by the first courier that writes to it; readers never
    create it.
 """
@@ -71,6 +73,9 @@ _PG_SCHEMA = (
   seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, {_COLUMNS_DDL})""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_by_id ON {TABLE} (id, seq)",
 )
+# The log's own session commits without waiting for the WAL flush, as the sidecar's
+# synchronous=NORMAL does (rule 3); the queue's connection keeps the server's setting.
+_PG_BEST_EFFORT = "SET synchronous_commit = off"
 _INSERT = f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
@@ -100,9 +105,10 @@ class Attempt:
 
 
 class AttemptSink(Protocol):
-    """Where ``courier.runner.run_courier`` puts each attempt (``AttemptLog`` is one)."""
+    """Where ``courier.runner.run_courier`` puts each round's attempts (``AttemptLog``
+    is one)."""
 
-    def record(self, attempt: Attempt) -> None: ...
+    def record_many(self, attempts: list[Attempt]) -> None: ...
 
 
 def sidecar_path(queue: Target) -> Path:
@@ -128,6 +134,7 @@ class AttemptLog:
             return self._con
         if backend.is_conninfo(self.queue):
             con = backend.connect_existing(self.queue)
+            con.execute(_PG_BEST_EFFORT)
             for statement in _PG_SCHEMA:
                 con.execute(statement)
         else:
@@ -141,21 +148,28 @@ class AttemptLog:
 
     def record(self, attempt: Attempt) -> None:
         """Append one attempt (its own transaction)."""
-        cause = attempt.cause
-        row = (
-            attempt.id,
-            attempt.token,
-            attempt.owner,
-            attempt.at_ms,
-            attempt.outcome,
-            attempt.status,
-            None if cause is None else cause.kind,
-            None if cause is None else cause.http_status,
-            None if cause is None else cause.detail,
-        )
+        self.record_many([attempt])
+
+    def record_many(self, attempts: list[Attempt]) -> None:
+        """Append ``attempts`` in one transaction (a batch's are one commit)."""
+        rows = [_row(attempt) for attempt in attempts]
+        if not rows:
+            return
         con = self._connection()
         try:
-            backend.qmark(con).execute(_INSERT, row)
+            if len(rows) == 1:
+                backend.qmark(con).execute(_INSERT, rows[0])
+            elif backend.is_conninfo(self.queue):
+                with con.transaction():
+                    backend.qmark(con).executemany(_INSERT, rows)
+            else:
+                con.execute("BEGIN")
+                try:
+                    con.executemany(_INSERT, rows)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.rollback()
+                    raise
         except Exception:
             self.close()  # a lost connection is made again on the next record
             raise
@@ -164,6 +178,21 @@ class AttemptLog:
         if self._con is not None:
             self._con.close()
             self._con = None
+
+
+def _row(attempt: Attempt) -> tuple[Any, ...]:
+    cause = attempt.cause
+    return (
+        attempt.id,
+        attempt.token,
+        attempt.owner,
+        attempt.at_ms,
+        attempt.outcome,
+        attempt.status,
+        None if cause is None else cause.kind,
+        None if cause is None else cause.http_status,
+        None if cause is None else cause.detail,
+    )
 
 
 def _reader(queue: Target) -> Any | None:

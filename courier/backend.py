@@ -104,6 +104,10 @@ class QmarkConnection:
         """``con.execute`` with ``?`` -> ``%s`` and ``:name`` -> ``%(name)s``."""
         return self.con.execute(_PLACEHOLDER.sub(_psycopg_placeholder, statement), params or None)
 
+    def executemany(self, statement: str, params: list[Any]) -> None:
+        """``cursor().executemany``, with the placeholders rewritten as ``execute`` does."""
+        self.con.cursor().executemany(_PLACEHOLDER.sub(_psycopg_placeholder, statement), params)
+
     def close(self) -> None:
         self.con.close()
 

@@ -2,7 +2,9 @@
 ``web`` (the operators' page).
 
 Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event.
-``run`` refuses a send timeout that could outlast the lease (``send_timeout_ms``).
+``run`` refuses a send timeout that could outlast the lease, counting the
+deliveries a batch makes one after another on each delivery thread
+(``send_timeout_ms``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from courier import backend, bulk
 from courier.attempts import AttemptLog
+from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waves
 from courier.commands.options import (
     MAX_LEASE_MS,
     checked_ms,
@@ -27,14 +30,15 @@ from courier.commands.options import (
 )
 from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
 from courier.crash_drill import StallAfterAcks
-from courier.delivery import HttpSend
+from courier.delivery import HttpSend, HttpSends
 from courier.interference import ReplyDelay
 from courier.receiver import Receiver
-from courier.runner import run_courier
+from courier.runner import rounds_for, run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import stop_on_signals
 
 __all__ = [
+    "batch_settings",
     "cmd_run",
     "cmd_serve",
     "cmd_web",
@@ -65,8 +69,12 @@ def run_options(run: argparse.ArgumentParser) -> None:
     option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
     lease = "lease per claim; after it another courier may take the job (default %(default)s)"
     option(run, "--lease-ms", "MS", integer, lease, 1000)
-    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease)"
+    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease, shared by a batch's waves)"
     option(run, "--timeout-ms", "MS", integer, timeout)
+    batch = f"jobs a round claims at once with claim_many, 1..{MAX_BATCH} (default %(default)s)"
+    option(run, "--batch", "N", integer, batch, 1)
+    flight = "deliveries of a batch in flight at once, 1..N (default %(default)s)"
+    option(run, "--in-flight", "M", integer, flight, 1)
     limits = run.add_argument_group("limits", "the courier stops at the first limit reached")
     rounds = "rounds (claim, deliver, finish; or one empty look) (default 10000)"
     option(limits, "--max-runs", "N", int_at_least(1), rounds)
@@ -133,9 +141,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def default_timeout_ms(lease_ms: int) -> int:
-    """An HTTP timeout that leaves a quarter of the lease to record the outcome."""
-    return max(1, lease_ms * 3 // 4)
+def default_timeout_ms(lease_ms: int, waves_of_batch: int = 1) -> int:
+    """An HTTP timeout that leaves a quarter of the lease to record the outcome, once
+    each delivery thread has made its ``waves_of_batch`` deliveries one after another."""
+    return max(1, lease_ms * 3 // (4 * waves_of_batch))
+
+
+def batch_settings(args: argparse.Namespace) -> tuple[int, int]:
+    """``(--batch, --in-flight)``, checked.
+
+    Raises:
+        ValueError: ``--batch`` not in 1..MAX_BATCH, ``--in-flight`` not in 1..batch,
+            or ``--stall-after-acks`` with more than one delivery in flight.
+    """
+    batch = bulk.check_int("--batch", args.batch, 1, MAX_BATCH)
+    in_flight = bulk.check_int("--in-flight", args.in_flight, 1, MAX_BATCH)
+    if in_flight > batch:
+        raise ValueError(
+            f"--in-flight {in_flight} is more than --batch {batch}: a round has at most "
+            f"--batch deliveries to make (raise --batch to {in_flight}, or lower --in-flight)"
+        )
+    if in_flight > 1 and getattr(args, "stall_after_acks", None) is not None:
+        raise ValueError("--stall-after-acks stalls one delivery at a time: use --in-flight 1")
+    return batch, in_flight
 
 
 def run_stop_rules(args: argparse.Namespace) -> StopRules:
@@ -163,12 +191,21 @@ def run_stop_rules(args: argparse.Namespace) -> StopRules:
 
 
 def send_timeout_ms(args: argparse.Namespace) -> int:
-    """The send timeout, refused unless it ends while the lease still holds."""
+    """The send timeout, refused unless the batch's last delivery ends while its lease
+    still holds: each delivery thread makes ``waves(batch, in_flight)`` deliveries one
+    after another, each up to the timeout, all under the lease taken at the claim."""
     lease_ms = args.lease_ms
+    batch, in_flight = batch_settings(args)
+    rows = waves(batch, in_flight)
     if args.timeout_ms is None:
-        return default_timeout_ms(lease_ms)
+        if not lease_covers(lease_ms, default_timeout_ms(lease_ms, rows), batch, in_flight):
+            raise ValueError(
+                f"--lease-ms {lease_ms} cannot cover {rows} deliveries in a row "
+                f"(--batch {batch}, --in-flight {in_flight}): raise --lease-ms or --in-flight"
+            )
+        return default_timeout_ms(lease_ms, rows)
     timeout_ms = bulk.check_int("--timeout-ms", args.timeout_ms, 1, MAX_LEASE_MS, "ms")
-    if timeout_ms >= lease_ms:
+    if rows == 1 and timeout_ms >= lease_ms:
         raise ValueError(
             f"unsafe: --timeout-ms {timeout_ms} is not below --lease-ms {lease_ms}. A delivery "
             "could outlast its lease: another courier would claim the job and send it again "
@@ -176,17 +213,33 @@ def send_timeout_ms(args: argparse.Namespace) -> int:
             f"Raise --lease-ms above {timeout_ms}, or lower --timeout-ms "
             f"(default: 3/4 of the lease, {default_timeout_ms(lease_ms)})"
         )
+    if not lease_covers(lease_ms, timeout_ms, batch, in_flight):
+        raise ValueError(
+            f"unsafe: --batch {batch} with --in-flight {in_flight} makes up to {rows} "
+            f"deliveries in a row on each delivery thread, {rows} x --timeout-ms {timeout_ms} = "
+            f"{rows * timeout_ms} ms, which is not below --lease-ms {lease_ms}. The batch's last "
+            "deliveries could outlast their leases: another courier would claim those jobs and "
+            "send them again while this one still waits, and their outcomes could never be "
+            f"recorded. Raise --lease-ms above {rows * timeout_ms}, raise --in-flight, or lower "
+            f"--timeout-ms (default: 3/4 of the lease over {rows}, "
+            f"{default_timeout_ms(lease_ms, rows)})"
+        )
     return timeout_ms
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one courier until a limit; exit 130 after Ctrl-C, else 0."""
     lease_ms = checked_ms("--lease-ms", args.lease_ms, MAX_LEASE_MS)
+    batch, in_flight = batch_settings(args)
     timeout_ms = send_timeout_ms(args)
     owner = bulk.check_id("--owner", args.owner)
     rules = run_stop_rules(args)
     backend.connect_existing(args.queue).close()  # never a queue made from a typo
-    http = HttpSend(args.url, owner, timeout_ms)
+    http: HttpSend | HttpSends = (
+        HttpSend(args.url, owner, timeout_ms)
+        if in_flight == 1
+        else HttpSends(args.url, owner, timeout_ms, in_flight)
+    )
     send: Callable[[dict[str, Any]], bool] = http
     if args.stall_after_acks is not None:
         if args.stall_report is None:
@@ -197,8 +250,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = stop_on_signals(log=out, impatient=True)
     shown = backend.describe(args.queue)
     clock = "the server's clock" if backend.is_conninfo(args.queue) else "this host's clock"
-    out(f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms")
+    batched = f", batches of {batch} with {in_flight} in flight" if batch > 1 else ""
+    out(
+        f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms"
+        f"{batched}"
+    )
     attempts = AttemptLog(args.queue)
+    rounds = None
+    if batch > 1:
+        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms)
     try:
         report = run_courier(
             args.queue,
@@ -209,8 +269,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             stop=stop,
             log=out,
             attempts=attempts,
+            rounds=rounds,
         )
     finally:
+        if rounds is not None:
+            rounds.close()
         attempts.close()
         http.close()
     statuses: dict[str, int] = {}
