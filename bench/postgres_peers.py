@@ -18,8 +18,9 @@ from typing import Any
 import pgworker
 from bench import report
 from bench.measure import T0_MS, add_record_options, fleet, log, publish, record_or_render
-from bench.ops import Calls
+from bench.ops import Calls, event, expect
 from bench.server import Server, postgres_server
+from courier import backend
 from courier.batch_rounds import BatchRounds
 from courier.pg_rounds import PgRounds
 from courier.runner import run_courier
@@ -33,6 +34,7 @@ ENQUEUE_CHUNK = 1_000
 POLL_S, POLL_MIN_S = 0.02, 0.002
 CELL_TIMEOUT_S = 120.0
 COURIER_LEASE_MS, COURIER_TIMEOUT_MS = 30_000, 1_000  # the courier's: no lease runs out
+COURIER_TTL_MS = 60_000  # enqueue's longest: a cell is over well before it
 TASK = "noop"
 # What the worker processes' server imports (a peer not installed is passed over).
 PRELOAD = ("bench.postgres_peers", "asyncpg", "procrastinate", "pgqueuer", "pgqueuer.db")
@@ -88,6 +90,17 @@ class Courier(Pgworker):
     is drained."""
 
     count_done = Pgworker.count_done
+
+    def enqueue(self, conninfo: str, jobs: int) -> None:
+        """The jobs, enqueued on the server's clock (the courier's time base), with the
+        longest ttl: jobs on the other contestants' virtual time would be past their
+        deadline for it."""
+        with contextlib.closing(pgworker.open_queue(conninfo)) as con:
+            now_ms = backend.server_clock_ms(con)
+            for start in range(0, jobs, ENQUEUE_CHUNK):
+                events = [event(i) for i in range(start, min(jobs, start + ENQUEUE_CHUNK))]
+                got = pgworker.enqueue_many(con, events, now_ms, COURIER_TTL_MS)
+                expect("enqueue", got, [True] * len(events))
 
     def work(self, conninfo: str, owner: str, started: Started) -> int:
         ran: list[int] = []

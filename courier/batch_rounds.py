@@ -243,9 +243,11 @@ class BatchRounds:
         unexpected: BaseException | None = None
         failure: Exception | None = None  # of the last finish, whose group still waits
         remaining = count
+        overdue = False  # the wait went past ``until`` once (see below)
         # Each pass takes a delivery, or finishes those waiting once (then no early
-        # finish is tried again before another delivery is back): at most 2 a delivery.
-        for _ in range(2 * count):
+        # finish is tried again before another delivery is back): at most 2 a delivery,
+        # and one more for the last chance past ``until``.
+        for _ in range(2 * count + 1):
             if not remaining:
                 break
             early = bool(waiting) and failure is None
@@ -254,6 +256,13 @@ class BatchRounds:
                 done = delivered.get(timeout=max(0.0, bound - time.monotonic()))
             except queue.Empty:
                 if time.monotonic() >= until:
+                    if not overdue:
+                        # A process stopped (SIGSTOP, a suspended host) wakes past
+                        # ``until`` before its delivery threads, whose deliveries then
+                        # end at once (their own deadlines passed): one last wait.
+                        overdue, until = True, time.monotonic() + GRACE_S
+                        continue
+                    failure = self._finish(waiting, results) if waiting else None
                     error = TimeoutError(f"{remaining} of {count} deliveries still running")
                     raise PartlyDone(error, results) from None
                 failure = self._finish(waiting, results)  # a slow one must not hold these

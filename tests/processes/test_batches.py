@@ -279,9 +279,10 @@ def test_a_delivery_its_lease_cannot_cover_is_not_sent(
     queue = tmp_path / "queue.sqlite"
     con = worker.open_queue(queue)
     assert worker.enqueue_many(con, [{"id": "long", "qty": 1}], clock_ms(), 60_000) == [True]
-    assert worker.enqueue_many(con, [{"id": "short", "qty": 1}], clock_ms(), 500) == [True]
+    # A deadline 20 s away: far beyond the courier's start, far below its 30 s timeout.
+    assert worker.enqueue_many(con, [{"id": "short", "qty": 1}], clock_ms(), 20_000) == [True]
     con.close()
-    options = ("--batch", "2", "--in-flight", "1", "--lease-ms", "5000", "--timeout-ms", "1000")
+    options = ("--batch", "2", "--in-flight", "2", "--lease-ms", "60000", "--timeout-ms", "30000")
     done = subprocess.run(
         [*run_argv(queue, receiver.url, "c1", *options), "--max-runs", "1"],
         capture_output=True,
