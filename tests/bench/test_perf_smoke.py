@@ -51,6 +51,7 @@ def test_the_run_prints_its_page_with_every_section(quick_run: tuple[dict[str, A
         "## Throughput",
         "## The peers",
         "## Couriers end to end",
+        "## One courier in batches of 64",
         "## Slow states, and what to do about them",
         "## How it measures",
     ]
