@@ -10,14 +10,19 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
    takes the queue file's write lock, so the log adds nothing to the contention
    between claims. For a PostgreSQL queue it is the table ``courier_attempts`` in
    the queue's own schema (one queue per schema keeps one log per queue).
-2. **What.** One row per attempt: ``seq``, the job ``id``, the ``token`` of the
-   lease, the ``owner``, ``at_ms`` (on the courier's time base), the ``outcome``
-   (``ok``, ``retry``, ``permanent``, or ``error`` when ``send`` raised something
-   unexpected), the ``status`` that ``finish`` gave (``done``, ``pending``,
-   ``dead``, ``stale``; ``leased`` after an error), and the cause: ``kind``
-   (``answer``, ``timeout``, ``connection``, ``exception``), ``http_status`` and
-   ``detail`` (the start of the answer's body, or the error's text, at most 200
-   characters).
+2. **What.** Two rows per attempt. When a courier starts a delivery it writes a
+   ``claimed`` row (``AttemptLog.announcing``): the job ``id``, the ``token`` of the
+   lease it just took (read from the queue's row in the same statement), the
+   ``owner`` and ``at_ms``, status ``leased``. When it knows the outcome it writes
+   the outcome row: the same ``id``, ``token`` and ``owner``, ``at_ms`` (on the
+   courier's time base), the ``outcome`` (``ok``, ``retry``, ``permanent``, or
+   ``error`` when ``send`` raised something unexpected), the ``status`` that
+   ``finish`` gave (``done``, ``pending``, ``dead``, ``stale``; ``leased`` after an
+   error), and the cause: ``kind`` (``answer``, ``timeout``, ``connection``,
+   ``exception``), ``http_status`` and ``detail`` (the start of the answer's
+   body, or the error's text, at most 200 characters). A courier killed in
+   between leaves the ``claimed`` row alone: ``history`` pairs the two and shows
+   that attempt as "claimed by X at T, no outcome recorded".
 3. **Best effort.** The log is diagnostics, not state: its sidecar runs with
    ``synchronous=NORMAL`` (a power cut may lose its last rows, never the queue's),
    and a courier that cannot write it logs a line and goes on delivering. A queue
@@ -29,20 +34,25 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from courier import backend
 from courier.backend import Target
-from courier.delivery import Cause
+from courier.clock import clock_ms
+from courier.delivery import Cause, Send
 
 __all__ = [
     "ATTEMPT_COLUMNS",
+    "CLAIMED",
     "Attempt",
     "AttemptLog",
     "AttemptSink",
     "attempts_of",
+    "cause_text",
+    "history",
     "last_attempts",
     "sidecar_path",
 ]
@@ -74,6 +84,19 @@ _PG_SCHEMA = (
 _INSERT = f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+CLAIMED = "claimed"  # the outcome of a row written as a delivery starts
+# The claimed row: the token is the one of the lease the courier holds on the job (the
+# courier's claim committed just before), the time the queue's time base.
+_INSERT_CLAIMED = {
+    "sqlite": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
+  VALUES (:id, (SELECT token FROM queue.jobs
+                WHERE id = :id AND owner = :owner AND status = 'leased'),
+          :owner, :now, '{CLAIMED}', 'leased')""",
+    "postgres": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
+  VALUES (:id, (SELECT token FROM jobs WHERE id = :id AND owner = :owner AND status = 'leased'),
+          :owner, (extract(epoch FROM clock_timestamp()) * 1000)::bigint, '{CLAIMED}', 'leased')""",
+}
+_ATTACH_QUEUE = "ATTACH DATABASE ? AS queue"
 _SELECT_OF = f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {TABLE} WHERE id = ? ORDER BY seq"
 _SELECT_LAST = f"""SELECT {", ".join(ATTEMPT_COLUMNS)} FROM {TABLE}
   WHERE seq IN (SELECT max(seq) FROM {TABLE} GROUP BY id)"""
@@ -136,8 +159,34 @@ class AttemptLog:
             con.execute("PRAGMA synchronous=NORMAL")
             for statement in _SQLITE_SCHEMA:
                 con.execute(statement)
+            con.execute(_ATTACH_QUEUE, (str(self.queue),))  # read for a claimed row's token
         self._con = con
         return con
+
+    def claimed(self, job_id: str, owner: str) -> None:
+        """Write the claimed row of the delivery ``owner`` starts of ``job_id`` (rule 2)."""
+        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
+        params = {"id": job_id, "owner": owner, "now": clock_ms()}
+        con = self._connection()
+        try:
+            backend.qmark(con).execute(_INSERT_CLAIMED[kind], params)
+        except Exception:
+            self.close()
+            raise
+
+    def announcing(self, send: Send, owner: str, log: Callable[[str], None]) -> Send:
+        """``send``, which first writes the claimed row of each delivery; a row that
+        cannot be written costs ``log`` a line, never the delivery."""
+
+        def announced(event: dict[str, Any]) -> bool:
+            try:
+                self.claimed(event["id"], owner)
+            except Exception as error:
+                log(f"{owner}: could not record the claim ({type(error).__name__}: {error})")
+            return send(event)
+
+        announced.send = send  # type: ignore[attr-defined]  # for the cause of its answer
+        return announced
 
     def record(self, attempt: Attempt) -> None:
         """Append one attempt (its own transaction)."""
@@ -204,5 +253,40 @@ def attempts_of(queue: Target, job_id: str) -> list[dict[str, Any]]:
 
 
 def last_attempts(queue: Target) -> dict[str, dict[str, Any]]:
-    """The latest recorded attempt of each job, by job id."""
+    """The latest row of each job's log, by job id: an outcome, or the claimed row of an
+    attempt that left none (``outcome`` ``claimed``)."""
     return {row["id"]: row for row in _read(queue, _SELECT_LAST, ())}
+
+
+def cause_text(attempt: dict[str, Any]) -> str:
+    """The cause of one recorded outcome in words: ``HTTP 409 {...}``, ``timeout: ...``."""
+    if attempt["kind"] == "answer":
+        return f"HTTP {attempt['http_status']} {attempt['detail'] or ''}".strip()
+    if attempt["kind"] is None:
+        return str(attempt["outcome"])
+    return f"{attempt['kind']}: {attempt['detail']}"
+
+
+def history(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's attempts, one each (rule 2): each claimed row paired with the outcome
+    row of the same token and owner, oldest first.
+
+    Each attempt has the outcome row's keys (``outcome`` and ``status`` ``None`` when
+    no outcome was recorded) and ``claimed_at_ms`` (``None`` for an outcome written
+    without its claimed row, by an older courier). ``words`` says it for a person.
+    """
+    attempts: list[dict[str, Any]] = []
+    open_claims: dict[tuple[Any, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["token"], row["owner"])
+        if row["outcome"] == CLAIMED:
+            attempt = {**row, "claimed_at_ms": row["at_ms"], "outcome": None, "status": None}
+            attempts.append(attempt)
+            open_claims[key] = attempt
+            continue
+        claim = open_claims.pop(key, None)
+        if claim is None:
+            attempts.append({**row, "claimed_at_ms": None})
+        else:
+            claim.update({**row, "claimed_at_ms": claim["claimed_at_ms"]})
+    return attempts

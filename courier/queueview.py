@@ -18,7 +18,9 @@ from typing import Any
 from courier.backend import Connection, Target, connect_existing, qmark, require_queue_file
 
 __all__ = [
+    "DEAD_REASONS",
     "JOB_COLUMNS",
+    "REASONS",
     "REDRIVE_COLUMNS",
     "STATUSES",
     "connect_existing",
@@ -42,6 +44,10 @@ __all__ = [
 ]
 
 STATUSES = ("pending", "leased", "done", "dead")
+# The reasons a row can hold: why a job is dead, and 'retry' on a job pending again after
+# a failed attempt (the model's mark_* effects; tests/unit/test_cli_words.py pins them).
+DEAD_REASONS = ("deadline", "exhausted", "permanent")
+REASONS = (*DEAD_REASONS, "retry")
 # The contract's jobs columns in order; model/job.py's ROW_FIELDS is a deliberate
 # restatement of them (the model imports nothing it checks).
 JOB_COLUMNS = (
