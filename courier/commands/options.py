@@ -28,6 +28,7 @@ __all__ = [
     "json_flag",
     "json_option",
     "known_value",
+    "non_negative_float",
     "option",
     "positive_float",
     "queue_arg",
@@ -80,6 +81,17 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number of at least 0 (at most a day) for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be a number in 0..86400, got {text!r}")
     return value
 
 

@@ -26,11 +26,12 @@ from courier.commands.options import (
     checked_ms,
     int_at_least,
     integer,
+    non_negative_float,
     option,
     positive_float,
     queue_arg,
 )
-from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
+from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals
 from courier.crash_drill import StallAfterAcks
 from courier.delivery import HttpSend
 from courier.interference import ReplyDelay
@@ -113,6 +114,8 @@ def web_options(web: argparse.ArgumentParser) -> None:
         "sees the queue, and with --allow-redrive may redrive)",
     )
     option(web, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    refresh = "the page refreshes itself this often while shown, 0: never (default %(default)s)"
+    option(web, "--refresh-s", "S", non_negative_float, refresh, 5.0)
     option(web, "--max-seconds", "S", positive_float, "stop after this long")
 
 
@@ -247,4 +250,4 @@ def cmd_web(args: argparse.Namespace) -> int:
     """Serve the operators' page (``courier.web``)."""
     from courier.web import serve_web
 
-    return serve_web(args, out)
+    return serve_web(args)

@@ -1,0 +1,31 @@
+"""``make demo`` installs what the demo needs and nothing more.
+
+The demo is the project's main job and runs on the standard library: from a fresh
+clone it must not install the test toolchain (pytest, hypothesis, mypy, ruff, the
+PostgreSQL wheels: about 195 MB). ``make -n`` (print, run nothing) in a folder with
+the Makefile and no virtualenv shows every command a fresh clone would run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from courier.procs import project_root
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_demo_on_a_fresh_clone_installs_the_project_alone(tmp_path: Path) -> None:
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(project_root() / name, tmp_path / name)
+    done = subprocess.run(
+        ["make", "-n", "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    )
+    commands = done.stdout.splitlines()
+    installs = [line for line in commands if "pip install" in line]
+    assert installs and all("[" not in line for line in installs), commands
+    assert any(line.rstrip().endswith("-e .") for line in installs), commands
+    assert commands[-1].endswith("-m courier demo"), commands
