@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from bench import delivery, limits, peers, report, slowpaths
+from bench import ceilings, delivery, peers, report, slowpaths
 from bench.measure import add_record_options, log, median_of_rounds, publish, record_or_render
 from bench.ops import Calls, timed_phases
 from tests.stores.sqlite import SQLiteStore
@@ -78,7 +78,7 @@ def disk_of(folder: Path) -> str:
 def _round(folder: Path, s: Settings) -> dict[str, Any]:
     """One round of the throughput sections: the limit, worker.py, the peers."""
     bare = {
-        f"{journal}+{sync}": limits.bare_transactions(
+        f"{journal}+{sync}": ceilings.bare_transactions(
             folder, s.count * (1 if journal == "DELETE" else 2), s.max_seconds, journal, sync
         )
         for journal, sync in BARE_MODES
@@ -91,7 +91,7 @@ def _round(folder: Path, s: Settings) -> dict[str, Any]:
     return {
         "limit": {
             "bare": bare,
-            "fsync": limits.raw_fsync(folder, s.count, s.max_seconds).as_dict(),
+            "fsync": ceilings.raw_fsync(folder, s.count, s.max_seconds).as_dict(),
         },
         "worker": {
             "single": figures["single"],
@@ -122,8 +122,8 @@ def run(folder: Path, s: Settings) -> dict[str, Any]:
     record: dict[str, Any] = {"meta": meta, **median_of_rounds(rounds)}
     step("ceilings")
     record["ceiling"] = {
-        "synced": limits.ceilings(folder, s.ceiling_steps, s.max_seconds),
-        "without_sync": limits.ceilings(folder, s.ceiling_steps, s.max_seconds, True),
+        "synced": ceilings.ceilings(folder, s.ceiling_steps, s.max_seconds),
+        "without_sync": ceilings.ceilings(folder, s.ceiling_steps, s.max_seconds, True),
     }
     step("slow states")
     cases = slowpaths.SQLITE_CASES

@@ -15,7 +15,7 @@ from typing import Any
 import pgworker
 import worker
 from bench import report, slowpaths
-from bench.limits import raw_fsync
+from bench.ceilings import raw_fsync
 from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
 from bench.ops import Calls, timed_phases
 from bench.rows import fill

@@ -199,7 +199,7 @@ COMMANDS = (
         "run a courier that delivers jobs to a receiver",
         run_options,
         cmd_run,
-        "Claim, deliver and finish jobs one at a time until a limit is reached, recording "
+        "Claim, deliver and finish jobs one at a time until a stop rule holds, recording "
         "each attempt's cause in the attempt log. It pauses briefly when nothing is due or "
         "the queue is busy. Ctrl-C or SIGTERM stops it after the current delivery; a second "
         "Ctrl-C stops it at once (exit 130).",

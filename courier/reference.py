@@ -51,7 +51,7 @@ def _groups(
 ) -> Iterator[tuple[str | None, str | None, list[argparse.Action]]]:
     """``(title, description, actions)`` of each argument group with an argument shown:
     first the command's own arguments (positionals, then options; title ``None``), then
-    each group the command adds (``bulk``, ``limits``, ...). ``--help`` is left out."""
+    each group the command adds (``bulk``, ``stop rules``, ...). ``--help`` is left out."""
     own = (parser._positionals, parser._optionals)
     shown = [
         (group, [a for a in group._group_actions if "--help" not in a.option_strings])

@@ -3,7 +3,7 @@
 ``courier.runner.run_courier`` checks them between rounds and reports the first
 that held as its ``stop_reason``: ``max-runs``, ``max-seconds``, ``idle``,
 ``drained`` (or ``stopped``, by a signal, which is no rule of these). The CLI's
-``courier run`` builds them from its "limits" options.
+``courier run`` builds them from its "stop rules" options.
 """
 
 from __future__ import annotations

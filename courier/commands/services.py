@@ -66,7 +66,7 @@ def serve_options(serve: argparse.ArgumentParser) -> None:
 
 
 def run_options(run: argparse.ArgumentParser) -> None:
-    """``run QUEUE --url URL --owner NAME``, the lease, the limits and the crash drill."""
+    """``run QUEUE --url URL --owner NAME``, the lease, the stop rules and the crash drill."""
     queue_arg(run)
     option(run, "--url", "URL", str, "e.g. http://127.0.0.1:PORT/deliveries", required=True)
     option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
@@ -74,20 +74,20 @@ def run_options(run: argparse.ArgumentParser) -> None:
     option(run, "--lease-ms", "MS", integer, lease, 1000)
     timeout = "HTTP timeout, below the lease (default: 3/4 of the lease)"
     option(run, "--timeout-ms", "MS", integer, timeout)
-    limits = run.add_argument_group("limits", "the courier stops at the first limit reached")
+    stops = run.add_argument_group("stop rules", "the courier stops at the first rule that holds")
     rounds = "rounds (claim, deliver, finish; or one empty look) (default 10000)"
-    option(limits, "--max-runs", "N", int_at_least(1), rounds)
+    option(stops, "--max-runs", "N", int_at_least(1), rounds)
     seconds = "seconds of running (default 60)"
-    option(limits, "--max-seconds", "S", positive_float, seconds)
-    idle = "nothing was due for this long (default: no idle limit)"
-    option(limits, "--max-idle-ms", "MS", int_at_least(0), idle)
-    limits.add_argument(
+    option(stops, "--max-seconds", "S", positive_float, seconds)
+    idle = "nothing was due for this long (default: no idle rule)"
+    option(stops, "--max-idle-ms", "MS", int_at_least(0), idle)
+    stops.add_argument(
         "--until-drained", action="store_true", help="no job is pending or leased any more"
     )
-    limits.add_argument(
+    stops.add_argument(
         "--forever",
         action="store_true",
-        help="no round or time limit: run until Ctrl-C or SIGTERM (for a service manager)",
+        help="no round or time rule: run until Ctrl-C or SIGTERM (for a service manager)",
     )
     drill = run.add_argument_group(
         "crash drill", "stall after an acknowledged delivery, so a supervisor can kill it"
@@ -150,7 +150,7 @@ def default_timeout_ms(lease_ms: int) -> int:
 
 
 def run_stop_rules(args: argparse.Namespace) -> StopRules:
-    """The courier's stop rules from ``run``'s "limits" options (``--forever``: no round
+    """The courier's stop rules from ``run``'s "stop rules" options (``--forever``: no round
     or time limit).
 
     Raises:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from bench import delivery, limits, peers, report, slowpaths
+from bench import ceilings, delivery, peers, report, slowpaths
 from bench.measure import percentile, run_counted
 from courier.procs import project_root
 from tests.bench.quick import quick_record
@@ -142,7 +142,7 @@ def test_every_single_call_is_timed_beside_its_ceiling(
     section = quick_run[0]["ceiling"]
     for mode in ("synced", "without_sync"):
         assert section[mode]["same_rows"] is True, mode
-        for call in limits.CALLS:
+        for call in ceilings.CALLS:
             figure = section[mode][call]
             assert figure["count"] > 0 and figure["share"] > 0, (mode, call)
 
@@ -150,12 +150,12 @@ def test_every_single_call_is_timed_beside_its_ceiling(
 def test_the_ceiling_writes_exactly_the_rows_of_the_calls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert limits.ceilings(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is True
+    assert ceilings.ceilings(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is True
     assert list(tmp_path.iterdir()) == [], "the files are removed"
     # A ceiling that settles its jobs one millisecond late writes other rows: noticed.
-    late = limits._SETTLE_DONE.replace("available_at = ?", "available_at = ? + 1")
-    monkeypatch.setattr(limits, "_SETTLE_DONE", late)
-    assert limits.ceilings(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is False
+    late = ceilings._SETTLE_DONE.replace("available_at = ?", "available_at = ? + 1")
+    monkeypatch.setattr(ceilings, "_SETTLE_DONE", late)
+    assert ceilings.ceilings(tmp_path, 5, 10.0, without_sync=True)["same_rows"] is False
 
 
 def test_the_performance_page_is_the_render_of_its_record() -> None:

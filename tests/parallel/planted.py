@@ -412,6 +412,52 @@ def hunt(
     }
 
 
+def rates(bug: Plant, folder: Path, count: int, conninfo: str | None = None) -> dict[str, object]:
+    """On the same ``count`` programs (drawn as the ``ci`` profile draws them), how many
+    fail on the plant: each run once under one drawn schedule, and each run once in real
+    processes (the operating system interleaving them). The fair comparison of the two
+    modes: the same programs, one run each."""
+    import random
+
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.parallel.case import judged as judged_scheduled
+    from tests.parallel.judge import judge
+    from tests.parallel.runner import Pool
+    from tests.parallel.schedule import DECISIONS, Switches
+    from tests.parallel.strategies import programs
+
+    drawn: list[Any] = []
+
+    @settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    @given(programs())
+    def draw(program: Any) -> None:
+        drawn.append(program)
+
+    draw()
+    store = plant(bug, folder, conninfo)
+    scheduled = 0
+    for number, program in enumerate(drawn):
+        coins = random.Random(number)
+        flags = tuple(coins.random() < 0.5 for _ in range(DECISIONS))
+        explicit = bug.store == "postgres" and number % 2 == 1
+        scheduled += judged_scheduled(
+            program, store, Switches(flags=flags, explicit=explicit)
+        ).failed
+    pool = Pool()
+    try:
+        real = sum(judge(pool.run(program, store), store).failed for program in drawn)
+    finally:
+        pool.close()
+    return {"plant": bug.name, "programs": len(drawn), "scheduled": scheduled, "real": real}
+
+
 def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object]:
     """Run the sequential lockstep (``tests/stateful``, ci profile) against the plant, in
     a copy of the project whose worker.py is the planted one."""
@@ -514,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-hunt", action="store_true", help="only the sequential suite")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--table", type=Path, help="print the table of a recorded JSON")
+    parser.add_argument(
+        "--rates", type=int, metavar="N", help="instead: both modes on the same N programs"
+    )
     args = parser.parse_args(argv)
     if args.table:
         print(table(json.loads(args.table.read_text(encoding="utf-8"))))
@@ -536,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
             conninfo = stack.enter_context(server.database())
         for bug in chosen:
             result: dict[str, object] = {"plant": bug.name}
-            if not args.no_hunt:
+            if args.rates:
+                result = rates(bug, Path(scratch), args.rates, conninfo)
+            elif not args.no_hunt:
                 result = hunt(bug, Path(scratch), conninfo)
             if args.lockstep or args.no_hunt:
                 result.update(lockstep(bug, Path(scratch)))

@@ -44,7 +44,10 @@ class Suite:
         ``AssertionError`` with the report (and the case saved) at the first that fails."""
         __tracebackhide__ = True  # the report is the message: no frame of the suite's
         self.programs += 1
-        return [self.check_one(program, schedule) for schedule in schedules]
+        judgements = []
+        for schedule in schedules:
+            judgements.append(self.check_one(program, schedule))
+        return judgements
 
     def check_one(self, program: Program, schedule: Schedule) -> Judgement:
         __tracebackhide__ = True

@@ -82,10 +82,11 @@ def test_a_page_without_one_pair_of_markers_is_refused(page: str) -> None:
 
 def test_writing_the_section_twice_changes_nothing(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text(f"before\n{reference.MARKS[0]}\nold\n{reference.MARKS[1]}\nafter\n")
+    stale = "the section as it was"
+    page.write_text(f"before\n{reference.MARKS[0]}\n{stale}\n{reference.MARKS[1]}\nafter\n")
     assert reference.main(["--write", str(page)]) == 0
     once = page.read_text()
     assert once.startswith("before\n") and once.endswith(f"{reference.MARKS[1]}\nafter\n")
-    assert "old" not in once
+    assert stale not in once
     assert reference.main(["--write", str(page)]) == 0
     assert page.read_text() == once

@@ -21,10 +21,7 @@ ROOT = project_root()
 DOCS = ROOT / "docs"
 # Left out for now, each for its reason; remove a name once its page is clean, so the
 # list only shrinks:
-NOT_YET = {
-    # dated measurements still in the prose, being rewritten in other work (issue 31)
-    "testing.md": "dated measurements still in the prose",
-}
+NOT_YET: dict[str, str] = {}
 # docs/dev/ (dated notes: dates are their point) and docs/spec/ (the contract and its
 # original, quoted as they were given) are not user or contributor pages at all.
 PAGES = sorted(

@@ -1,5 +1,5 @@
-"""The limits of a call: what the disk and SQLite allow before any queue logic runs, and each
-single call beside the contract's ceiling for it. See docs/benchmarks.md, ``bench.limits``."""
+"""The ceilings of a call: what the disk and SQLite allow before any queue logic runs, and each
+single call beside the contract's ceiling for it. See docs/benchmarks.md, ``bench.ceilings``."""
 
 from __future__ import annotations
 
