@@ -135,3 +135,32 @@ def test_every_prediction_holds_on_pgworker_py(pg_conninfo: str) -> None:
     run_state_machine_as_test(ExplainedPostgresLockstep, settings=share(POSTGRES_SHARE, 20))
     assert CHECKED["examples"] > 0
     print(f"model.explain on pgworker.py: {dict(sorted(CHECKED.items()))}")
+
+
+def a_retried_job_is_claimed_when_its_delay_ends(state: ExplainedLockstep) -> None:
+    """A pending job due later (a retry's delay): the one prediction the drawn programs
+    rarely reach ("nothing at T - 1 (claim)"), kept as a program in the printed form."""
+    before = CHECKED["nothing at T - 1 (claim)"]
+    try:
+        state.enqueue(job_id="a", qty=1, ttl_ms=60000, max_attempts=3)
+        state.promises_hold()
+        tickets_0 = state.claim(owner="c1", lease_ms=1000, fail_at=None)
+        state.promises_hold()
+        state.finish(ticket=tickets_0, outcome="retry", delay=500, fail_at=None)
+        state.promises_hold()
+        state.claim_when_explained(owner="c2", lease_ms=1000)
+        state.promises_hold()
+    finally:
+        state.teardown()
+    assert CHECKED["nothing at T - 1 (claim)"] == before + 1
+
+
+def test_regression_a_retried_job_is_claimed_when_its_delay_ends() -> None:
+    a_retried_job_is_claimed_when_its_delay_ends(ExplainedLockstep())
+
+
+def test_regression_a_retried_job_is_claimed_when_its_delay_ends_on_postgres(
+    pg_conninfo: str,
+) -> None:
+    ExplainedPostgresLockstep.conninfo = pg_conninfo
+    a_retried_job_is_claimed_when_its_delay_ends(ExplainedPostgresLockstep())
