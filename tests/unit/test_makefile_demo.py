@@ -9,6 +9,7 @@ clone would run; the demo itself runs as a process in ``tests/processes/test_cli
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,13 +18,24 @@ import pytest
 
 from courier.procs import project_root
 
+OUTER_MAKE = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "PYTHON")
+
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
 def test_make_demo_on_a_fresh_clone_installs_nothing(tmp_path: Path) -> None:
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(project_root() / name, tmp_path / name)
+    # Run under make test, the outer make's variables would print "Entering directory"
+    # lines and pass its flags on: the child gets an environment without them.
+    env = {k: v for k, v in os.environ.items() if k not in OUTER_MAKE}
     done = subprocess.run(
-        ["make", "-n", "demo"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+        ["make", "-n", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     commands = done.stdout.splitlines()
     assert [line for line in commands if "pip" in line or "venv" in line] == [], commands
