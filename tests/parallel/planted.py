@@ -12,6 +12,7 @@ lockstep catches it and what the parallel suite takes to.
     python -m tests.parallel.planted --only finish-deferred-begin
     python -m tests.parallel.planted --store postgres       # the PostgreSQL plants
     python -m tests.parallel.planted --table FILE             # the docs' table of a run
+    python -m tests.parallel.planted --seeds 5 --mode real    # first failures over seeds
 """
 
 from __future__ import annotations
@@ -354,42 +355,38 @@ def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Store:
 def hunt(
     bug: Plant, folder: Path, conninfo: str | None = None, replays: int = 10
 ) -> dict[str, object]:
-    """Run the parallel suite under the scheduler as CI runs it (the ``ci`` profile,
-    derandomized) on the plant: the programs and the time to the first failure, the
-    time shrinking took, the shrunk program, and how many of ``replays`` replays of the
-    saved case fail."""
+    """Run the parallel suite's own scheduled test as CI runs it (the test function of
+    ``tests/parallel/test_parallel.py``, so its derandomized sequence of programs and
+    schedules, under the active profile) on the plant: the programs and the time to the
+    first failure, the time shrinking took, the shrunk program, and how many of
+    ``replays`` replays of the saved case fail."""
     import contextlib
     import time
 
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
+    from tests.parallel import test_parallel as ci
     from tests.parallel.case import Case, judged
-    from tests.parallel.schedule import Replay, runs_of, schedules
-    from tests.parallel.strategies import programs
+    from tests.parallel.schedule import Replay
     from tests.parallel.suite import Suite
-    from tests.profiles import parallel_settings
 
-    count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
-    ci_settings, sizes = parallel_settings(count)
     store = plant(bug, folder, conninfo)
-    suite = Suite(store, bug.name, sizes.budget)
-    explicit = st.booleans() if bug.store == "postgres" else None
     started = time.monotonic()
     seen: dict[str, object] = {}
 
-    @settings(ci_settings, database=None, print_blob=False)
-    @given(schedules=runs_of(schedules(explicit), sizes.schedules), program=programs())
-    def scheduled_suite(program: Any, schedules: Any) -> None:
-        try:
-            suite.check(program, schedules)
-        except AssertionError:
-            seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
-            seen.setdefault("programs_to_first_failure", suite.programs)
-            raise
+    class Hunted(Suite):
+        def check(self, program: Any, schedules: Any) -> Any:
+            try:
+                return super().check(program, schedules)
+            except AssertionError:
+                seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
+                seen.setdefault("programs_to_first_failure", self.programs)
+                raise
 
+    suite = Hunted(store, bug.name, ci.SIZES.budget)
     with contextlib.suppress(AssertionError):
-        scheduled_suite()
+        if bug.store == "sqlite":
+            ci.test_scheduled_histories_linearize(sqlite_suite=suite)
+        else:
+            ci.test_scheduled_histories_linearize_on_postgres(postgres_suite=suite)
     result: dict[str, object] = {"plant": bug.name, "caught": suite.last_failure is not None}
     result |= seen
     if suite.last_failure is None:
@@ -397,7 +394,7 @@ def hunt(
     case, judgement, path = suite.last_failure
     total = time.monotonic() - started
     failed = sum(
-        judged(case.program, store, Replay.of(Case.load(path).schedule), sizes.budget).failed
+        judged(case.program, store, Replay.of(Case.load(path).schedule), ci.SIZES.budget).failed
         for _ in range(replays)
     )
     return result | {
@@ -456,6 +453,93 @@ def rates(bug: Plant, folder: Path, count: int, conninfo: str | None = None) -> 
     finally:
         pool.close()
     return {"plant": bug.name, "programs": len(drawn), "scheduled": scheduled, "real": real}
+
+
+def first_failures(
+    bug: Plant,
+    folder: Path,
+    seeds: int,
+    mode: str,
+    cap: int,
+    conninfo: str | None = None,
+) -> dict[str, object]:
+    """Programs to the first failure under each of ``seeds`` random seeds (``0`` ..
+    ``seeds - 1``), in one ``mode``: ``scheduled`` (the ``ci`` profile's schedules per
+    program, drawn as the suite draws them) or ``real`` (each program once in real
+    processes). Nothing is shrunk; a seed whose first ``cap`` programs all pass counts
+    as ``None``. One derandomized sequence's first failure is a single draw (the seed
+    comes from the test function's source); the spread over seeds is the measure of
+    how soon a mode bites."""
+    import contextlib
+
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from hypothesis import strategies as st
+    from hypothesis.errors import Flaky
+
+    from tests.parallel.case import judged as judged_scheduled
+    from tests.parallel.judge import judge
+    from tests.parallel.runner import Pool
+    from tests.parallel.schedule import runs_of, schedules
+    from tests.parallel.strategies import programs
+    from tests.profiles import parallel_settings
+
+    count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
+    _, sizes = parallel_settings(count)
+    store = plant(bug, folder, conninfo)
+    explicit = st.booleans() if bug.store == "postgres" else None
+    quick = settings(
+        max_examples=cap,
+        derandomize=False,
+        database=None,
+        phases=[Phase.generate],
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    pool = Pool() if mode == "real" else None
+
+    def fails(program: Any, drawn: Any) -> bool:
+        if pool is not None:
+            return judge(pool.run(program, store), store).failed
+        policies = [one.policy() for one in drawn]
+        return any(judged_scheduled(program, store, p, sizes.budget).failed for p in policies)
+
+    def first_failure(number: int) -> int | None:
+        tried: list[bool] = []
+
+        @seed(number)
+        @quick
+        @given(drawn=runs_of(schedules(explicit), sizes.schedules), program=programs())
+        def scheduled(program: Any, drawn: Any) -> None:
+            tried.append(fails(program, drawn))
+            assert not tried[-1]
+
+        @seed(number)
+        @quick
+        @given(program=programs())
+        def real(program: Any) -> None:
+            tried.append(fails(program, None))
+            assert not tried[-1]
+
+        # A real-process failure may not come back when hypothesis runs it again: Flaky.
+        with contextlib.suppress(AssertionError, Flaky):
+            (real if mode == "real" else scheduled)()
+        return len(tried) if tried and tried[-1] else None
+
+    try:
+        firsts = [first_failure(number) for number in range(seeds)]
+    finally:
+        if pool is not None:
+            pool.close()
+    caught = sorted(first for first in firsts if first is not None)
+    median = caught[(len(firsts) - 1) // 2] if len(caught) > (len(firsts) - 1) // 2 else None
+    return {
+        "plant": bug.name,
+        "mode": mode,
+        "cap": cap,
+        "first_failures": firsts,
+        "median": median,
+    }
 
 
 def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object]:
@@ -563,6 +647,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rates", type=int, metavar="N", help="instead: both modes on the same N programs"
     )
+    parser.add_argument(
+        "--seeds", type=int, metavar="K", help="instead: programs to the first failure, K seeds"
+    )
+    parser.add_argument("--mode", choices=("scheduled", "real"), default="scheduled")
+    parser.add_argument("--cap", type=int, default=600, help="programs per seed (--seeds)")
     args = parser.parse_args(argv)
     if args.table:
         print(table(json.loads(args.table.read_text(encoding="utf-8"))))
@@ -585,7 +674,11 @@ def main(argv: list[str] | None = None) -> int:
             conninfo = stack.enter_context(server.database())
         for bug in chosen:
             result: dict[str, object] = {"plant": bug.name}
-            if args.rates:
+            if args.seeds:
+                result = first_failures(
+                    bug, Path(scratch), args.seeds, args.mode, args.cap, conninfo
+                )
+            elif args.rates:
                 result = rates(bug, Path(scratch), args.rates, conninfo)
             elif not args.no_hunt:
                 result = hunt(bug, Path(scratch), conninfo)

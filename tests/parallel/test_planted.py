@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.parallel.planted import BY_NAME, rates
+from tests.parallel.planted import BY_NAME, first_failures, rates
 
 
 def test_rates_runs_the_same_programs_in_both_modes(tmp_path: Path) -> None:
@@ -13,5 +13,14 @@ def test_rates_runs_the_same_programs_in_both_modes(tmp_path: Path) -> None:
     assert result["plant"] == "claim-chooses-then-leases"
     assert result["programs"] == 3
     for mode in ("scheduled", "real"):
-        count = result[mode]  # a name, so that isinstance narrows its type for mypy
+        count = result[mode]
         assert isinstance(count, int) and 0 <= count <= 3
+
+
+def test_first_failures_counts_the_programs_of_each_seed(tmp_path: Path) -> None:
+    result = first_failures(BY_NAME["claim-chooses-then-leases"], tmp_path, 2, "scheduled", 30)
+    assert result["mode"] == "scheduled" and result["cap"] == 30
+    firsts = result["first_failures"]
+    assert isinstance(firsts, list) and len(firsts) == 2
+    # this plant fails within a few programs under the scheduler, whatever the seed
+    assert all(isinstance(first, int) and 1 <= first <= 30 for first in firsts), firsts
