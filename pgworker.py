@@ -98,30 +98,30 @@ from psycopg.rows import tuple_row
 
 import worker
 
-# worker.py's front end, shared (rule 1): the checks of every kind of argument, the hooks
-# of a write transaction and run_once's round. worker.py's private names are private to
-# the distribution: pgworker.py is its sibling module, not a user of it.
+# The contract's ranges, importable from pgworker too.
+from worker import MAX_ATTEMPTS as MAX_ATTEMPTS
+from worker import MAX_BATCH as MAX_BATCH
+from worker import MAX_DURATION_MS as MAX_DURATION_MS
+
+# worker.py's front end, shared (rule 1): each call's argument checks in the contract's
+# order, the hooks of a write transaction and run_once's round. worker.py's private names
+# are private to the distribution: pgworker.py is its sibling module, not a user of it.
 from worker import (
-    MAX_ATTEMPTS,
-    MAX_BATCH,
-    MAX_DURATION_MS,
     TICKET_KEYS,
     BadAck,
     Conflict,
     Permanent,
     Retryable,
-    _event,
-    _exact_int,
-    _exact_list,
+    _claim_args,
+    _claim_many_args,
+    _enqueue_args,
+    _enqueue_many_args,
+    _finish_args,
+    _finish_many_args,
     _Hooks,
-    _identifier,
-    _now_ms,
-    _optional_hook,
-    _outcome,
+    _redrive_args,
     _reject,
-    _result,
     _round,
-    _ticket,
     _validate_run,
     retry_delay,
 )
@@ -490,10 +490,7 @@ def enqueue(
     max_attempts: int = 3,
 ) -> bool:
     con = _idle_connection(con)
-    job_id, qty = _event("event", event)
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    job_id, qty, now_ms, ttl_ms, max_attempts = _enqueue_args(event, now_ms, ttl_ms, max_attempts)
     (result,) = _intake(con, [(job_id, qty)], now_ms, now_ms + ttl_ms, max_attempts)
     if isinstance(result, Conflict):
         raise result
@@ -509,10 +506,7 @@ def enqueue_many(
     max_attempts: int = 3,
 ) -> list[bool | Conflict]:
     con = _idle_connection(con)
-    jobs = [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))]
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    jobs, now_ms, ttl_ms, max_attempts = _enqueue_many_args(events, now_ms, ttl_ms, max_attempts)
     if not jobs:
         return []
     return _intake(con, jobs, now_ms, now_ms + ttl_ms, max_attempts)
@@ -572,10 +566,7 @@ def claim(
     fault: Fault | None = None,
 ) -> dict[str, Any] | None:
     con = _idle_connection(con)
-    owner = _identifier("owner", owner)
-    now_ms = _now_ms("now_ms", now_ms)
-    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    owner, now_ms, lease_ms, fault = _claim_args(owner, now_ms, lease_ms, fault)
     tickets = _lease(con, owner, now_ms, 1, lease_ms, fault)
     return tickets[0] if tickets else None
 
@@ -593,11 +584,7 @@ def claim_many(
     fault: Fault | None = None,
 ) -> list[dict[str, Any]]:
     con = _idle_connection(con)
-    owner = _identifier("owner", owner)
-    now_ms = _now_ms("now_ms", now_ms)
-    limit = _exact_int("limit", limit, 1, MAX_BATCH)
-    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    owner, now_ms, limit, lease_ms, fault = _claim_many_args(owner, now_ms, limit, lease_ms, fault)
     return _lease(con, owner, now_ms, limit, lease_ms, fault)
 
 
@@ -640,11 +627,9 @@ def finish(
     fault: Fault | None = None,
 ) -> str | bool:
     con = _idle_connection(con)
-    ticket = _ticket("ticket", ticket)
-    outcome = _outcome("outcome", outcome)
-    now_ms = _now_ms("now_ms", now_ms)
-    delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    ticket, outcome, now_ms, delay_ms, fault = _finish_args(
+        ticket, outcome, now_ms, delay_ms, fault
+    )
     (status,) = _settle(con, [(ticket, outcome, delay_ms)], now_ms, fault)
     return status
 
@@ -660,11 +645,7 @@ def finish_many(
     fault: Fault | None = None,
 ) -> list[str | bool]:
     con = _idle_connection(con)
-    settlements = [
-        _result(f"results[{i}]", result) for i, result in enumerate(_exact_list("results", results))
-    ]
-    now_ms = _now_ms("now_ms", now_ms)
-    fault = _optional_hook(fault)
+    settlements, now_ms, fault = _finish_many_args(results, now_ms, fault)
     if not settlements:
         return []
     return _settle(con, settlements, now_ms, fault)
@@ -717,11 +698,7 @@ def redrive(
     fault: Fault | None = None,
 ) -> bool:
     con = _idle_connection(con)
-    job_id = _identifier("job_id", job_id)
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    note = _identifier("note", note)
-    fault = _optional_hook(fault)
+    job_id, now_ms, ttl_ms, note, fault = _redrive_args(job_id, now_ms, ttl_ms, note, fault)
     with _write_transaction(con, fault) as hooks:
         job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))
         if job is None:

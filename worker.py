@@ -384,6 +384,95 @@ def _queue_path(path: object) -> str:
     return name
 
 
+# --- Each call's arguments, checked in the contract's order -------------------
+# One home for the order (pgworker.py calls these too): the connection is checked
+# first, by each module's own _idle_connection, then these, then the transaction.
+
+
+def _enqueue_args(
+    event: object, now_ms: object, ttl_ms: object, max_attempts: object
+) -> tuple[str, int, int, int, int]:
+    job_id, qty = _event("event", event)
+    return (
+        job_id,
+        qty,
+        _now_ms("now_ms", now_ms),
+        _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS),
+        _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS),
+    )
+
+
+def _enqueue_many_args(
+    events: object, now_ms: object, ttl_ms: object, max_attempts: object
+) -> tuple[list[tuple[str, int]], int, int, int]:
+    return (
+        [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))],
+        _now_ms("now_ms", now_ms),
+        _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS),
+        _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS),
+    )
+
+
+def _claim_args(
+    owner: object, now_ms: object, lease_ms: object, fault: object
+) -> tuple[str, int, int, Fault | None]:
+    return (
+        _identifier("owner", owner),
+        _now_ms("now_ms", now_ms),
+        _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS),
+        _optional_hook(fault),
+    )
+
+
+def _claim_many_args(
+    owner: object, now_ms: object, limit: object, lease_ms: object, fault: object
+) -> tuple[str, int, int, int, Fault | None]:
+    return (
+        _identifier("owner", owner),
+        _now_ms("now_ms", now_ms),
+        _exact_int("limit", limit, 1, MAX_BATCH),
+        _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS),
+        _optional_hook(fault),
+    )
+
+
+def _finish_args(
+    ticket: object, outcome: object, now_ms: object, delay_ms: object, fault: object
+) -> tuple[dict[str, Any], str, int, int, Fault | None]:
+    return (
+        _ticket("ticket", ticket),
+        _outcome("outcome", outcome),
+        _now_ms("now_ms", now_ms),
+        _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS),
+        _optional_hook(fault),
+    )
+
+
+def _finish_many_args(
+    results: object, now_ms: object, fault: object
+) -> tuple[list[tuple[dict[str, Any], str, int]], int, Fault | None]:
+    return (
+        [
+            _result(f"results[{i}]", result)
+            for i, result in enumerate(_exact_list("results", results))
+        ],
+        _now_ms("now_ms", now_ms),
+        _optional_hook(fault),
+    )
+
+
+def _redrive_args(
+    job_id: object, now_ms: object, ttl_ms: object, note: object, fault: object
+) -> tuple[str, int, int, str, Fault | None]:
+    return (
+        _identifier("job_id", job_id),
+        _now_ms("now_ms", now_ms),
+        _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS),
+        _identifier("note", note),
+        _optional_hook(fault),
+    )
+
+
 # --- Transactions and hooks -------------------------------------------------
 
 
@@ -510,10 +599,7 @@ def enqueue(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    job_id, qty = _event("event", event)
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    job_id, qty, now_ms, ttl_ms, max_attempts = _enqueue_args(event, now_ms, ttl_ms, max_attempts)
     with _write_transaction(con):
         return _intake(con, job_id, qty, now_ms, now_ms + ttl_ms, max_attempts)
 
@@ -536,10 +622,7 @@ def enqueue_many(
         ValueError: a malformed argument or event; nothing was changed.
     """
     con = _idle_connection(con)
-    jobs = [_event(f"events[{i}]", event) for i, event in enumerate(_exact_list("events", events))]
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    max_attempts = _exact_int("max_attempts", max_attempts, 1, MAX_ATTEMPTS)
+    jobs, now_ms, ttl_ms, max_attempts = _enqueue_many_args(events, now_ms, ttl_ms, max_attempts)
     results: list[bool | Conflict] = []
     with _write_transaction(con):
         for job_id, qty in jobs:
@@ -590,10 +673,7 @@ def claim(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    owner = _identifier("owner", owner)
-    now_ms = _now_ms("now_ms", now_ms)
-    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    owner, now_ms, lease_ms, fault = _claim_args(owner, now_ms, lease_ms, fault)
     # The same shape as finish's, deliberately: the change, "nothing changed" with no
     # hook, then the hook point (rule 5 read as code, once per call).
     with _write_transaction(con, fault) as hooks:
@@ -626,11 +706,7 @@ def claim_many(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    owner = _identifier("owner", owner)
-    now_ms = _now_ms("now_ms", now_ms)
-    limit = _exact_int("limit", limit, 1, MAX_BATCH)
-    lease_ms = _exact_int("lease_ms", lease_ms, 1, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    owner, now_ms, limit, lease_ms, fault = _claim_many_args(owner, now_ms, limit, lease_ms, fault)
     tickets: list[dict[str, Any]] = []
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
@@ -743,11 +819,9 @@ def finish(
         ValueError: a malformed argument; nothing was changed.
     """
     con = _idle_connection(con)
-    ticket = _ticket("ticket", ticket)
-    outcome = _outcome("outcome", outcome)
-    now_ms = _now_ms("now_ms", now_ms)
-    delay_ms = _exact_int("delay_ms", delay_ms, 0, MAX_DURATION_MS)
-    fault = _optional_hook(fault)
+    ticket, outcome, now_ms, delay_ms, fault = _finish_args(
+        ticket, outcome, now_ms, delay_ms, fault
+    )
     # The same shape as claim's, deliberately (see there).
     with _write_transaction(con, fault) as hooks:
         status = _settle(con, ticket, outcome, now_ms, delay_ms)
@@ -775,11 +849,7 @@ def finish_many(
         ValueError: a malformed argument or item; nothing was changed.
     """
     con = _idle_connection(con)
-    settlements = [
-        _result(f"results[{i}]", result) for i, result in enumerate(_exact_list("results", results))
-    ]
-    now_ms = _now_ms("now_ms", now_ms)
-    fault = _optional_hook(fault)
+    settlements, now_ms, fault = _finish_many_args(results, now_ms, fault)
     statuses: list[str | bool] = []
     with _write_transaction(con, fault) as hooks:
         for ticket, outcome, delay_ms in settlements:
@@ -844,11 +914,7 @@ def redrive(
             dead; nothing was changed and no audit row was written.
     """
     con = _idle_connection(con)
-    job_id = _identifier("job_id", job_id)
-    now_ms = _now_ms("now_ms", now_ms)
-    ttl_ms = _exact_int("ttl_ms", ttl_ms, 1, MAX_DURATION_MS)
-    note = _identifier("note", note)
-    fault = _optional_hook(fault)
+    job_id, now_ms, ttl_ms, note, fault = _redrive_args(job_id, now_ms, ttl_ms, note, fault)
     with _write_transaction(con, fault) as hooks:
         job = _row(con, _SELECT_STATUS_TOKEN, (job_id,))
         if job is None:

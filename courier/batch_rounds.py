@@ -132,7 +132,10 @@ class BatchRounds:
     the queue ``rounds`` works (``courier.runner.Rounds``; see the module's rules).
 
     ``timeout_ms`` bounds one delivery (the send's own timeout): a delivery starts
-    only while its lease can cover it (rule 3). The ``send`` of each round is called
+    only while its lease can cover it (rule 3). ``announce``, if given, is called
+    with each batch's tickets before its deliveries start (``courier run``'s attempt
+    log writes their claimed rows, ``AttemptLog.announcing_batches``); it must not
+    raise. The ``send`` of each round is called
     from ``in_flight`` threads at once: it must allow that (``HttpSends`` does).
     ``close`` closes ``rounds`` too.
 
@@ -141,7 +144,14 @@ class BatchRounds:
             1..``batch``, or ``timeout_ms`` not a positive int.
     """
 
-    def __init__(self, rounds: QueueCalls, batch: int, in_flight: int, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        rounds: QueueCalls,
+        batch: int,
+        in_flight: int,
+        timeout_ms: int,
+        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
         if type(batch) is not int or not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"'batch' must be an int in 1..{MAX_BATCH}, got {batch!r}")
         if type(in_flight) is not int or not 1 <= in_flight <= batch:
@@ -152,6 +162,7 @@ class BatchRounds:
         self.batch = batch
         self.in_flight = in_flight
         self.timeout_ms = timeout_ms
+        self.announce = announce
         self._senders: _Senders | None = None
 
     def now_ms(self) -> int:
@@ -189,6 +200,8 @@ class BatchRounds:
         if not tickets:
             return []
         started = time.monotonic()
+        if self.announce is not None:
+            self.announce(tickets)
         if self._senders is None:
             self._senders = _Senders(self.in_flight)
         delivered: queue.SimpleQueue[_Delivered] = queue.SimpleQueue()

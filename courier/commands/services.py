@@ -1,17 +1,21 @@
 """The long-running commands: ``serve`` (the HTTP receiver), ``run`` (a courier) and
 ``web`` (the operators' page).
 
-Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event.
+Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event,
+timestamped, an unchanged failure folded into a count (``courier.log_lines``).
 ``run`` refuses a send timeout that could outlast the lease, counting the
 deliveries a batch makes one after another on each delivery thread
-(``send_timeout_ms``).
+(``send_timeout_ms``), and waits for a busy or unreachable queue at its start as it
+does later.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,19 +23,22 @@ from typing import Any
 from courier import backend, bulk
 from courier.attempts import AttemptLog
 from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waves
+from courier.commands.connection import transient_trouble, wait_for_queue
 from courier.commands.options import (
     MAX_LEASE_MS,
     checked_ms,
     int_at_least,
     integer,
+    non_negative_float,
     option,
     positive_float,
     queue_arg,
 )
-from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
+from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals
 from courier.crash_drill import StallAfterAcks
 from courier.delivery import HttpSend, HttpSends
 from courier.interference import ReplyDelay
+from courier.log_lines import LogLines
 from courier.receiver import Receiver
 from courier.runner import rounds_for, run_courier
 from courier.stop_rules import StopRules
@@ -115,17 +122,20 @@ def web_options(web: argparse.ArgumentParser) -> None:
         "sees the queue, and with --allow-redrive may redrive)",
     )
     option(web, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    refresh = "the page refreshes itself this often while shown, 0: never (default %(default)s)"
+    option(web, "--refresh-s", "S", non_negative_float, refresh, 5.0)
     option(web, "--max-seconds", "S", positive_float, "stop after this long")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the receiver until Ctrl-C, SIGTERM or ``--max-seconds``; print its totals."""
+    log = LogLines()
     try:
         receiver = Receiver(
             args.inbox,
             host=args.host,
             port=args.port,
-            log=out,
+            log=log,
             interference=ReplyDelay(args.reply_delay_ms),
         )
     except OSError as error:
@@ -133,11 +143,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise
         raise OSError(f"cannot listen on {args.host} port {args.port}: {error.strerror}") from None
     stop = stop_on_signals()
-    out(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
+    log(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
     if args.port_file is not None:
         args.port_file.write_text(f"{receiver.port}\n", encoding="utf-8")
     receiver.serve_until(stop, args.max_seconds)
-    out(f"receiver stopped: {inbox_totals(receiver.inbox.summary())}")
+    log(f"receiver stopped: {inbox_totals(receiver.inbox.summary())}")
+    log.close()
     return EXIT_OK
 
 
@@ -234,7 +245,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     timeout_ms = send_timeout_ms(args)
     owner = bulk.check_id("--owner", args.owner)
     rules = run_stop_rules(args)
-    backend.connect_existing(args.queue).close()  # never a queue made from a typo
+    # Never a queue made from a typo; a busy or unreachable one is waited for, as later.
+    ready = transient_trouble(args.queue) is None
     http: HttpSend | HttpSends = (
         HttpSend(args.url, owner, timeout_ms)
         if in_flight == 1
@@ -247,27 +259,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         send = StallAfterAcks(
             send, args.queue, owner, args.stall_after_acks, args.stall_report, args.stall_seconds
         )
-    stop = stop_on_signals(log=out, impatient=True)
+    log = LogLines()
+    stop = stop_on_signals(log=log, impatient=True)
     shown = backend.describe(args.queue)
     clock = "the server's clock" if backend.is_conninfo(args.queue) else "this host's clock"
     batched = f", batches of {batch} with {in_flight} in flight" if batch > 1 else ""
-    out(
+    log(
         f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms"
         f"{batched}"
     )
+    started = time.monotonic()
+    if not ready and not wait_for_queue(args.queue, stop, log, owner, rules.max_seconds):
+        reason = "stopped" if stop.is_set() else "max-seconds"
+        log(f"{owner}: stopped ({reason}) before the queue could be read")
+        log.close()
+        return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
+    if rules.max_seconds is not None:
+        left = max(rules.max_seconds - (time.monotonic() - started), 0.001)
+        rules = dataclasses.replace(rules, max_seconds=left)
     attempts = AttemptLog(args.queue)
     rounds = None
-    if batch > 1:
-        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms)
+    if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
+        announce = attempts.announcing_batches(owner, log)
+        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms, announce)
     try:
         report = run_courier(
             args.queue,
             owner,
-            send,
+            send if rounds is not None else attempts.announcing(send, owner, log),
             lease_ms=lease_ms,
             stop_rules=rules,
             stop=stop,
-            log=out,
+            log=log,
             attempts=attempts,
             rounds=rounds,
         )
@@ -279,10 +302,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     statuses: dict[str, int] = {}
     for result in report.results:
         statuses[result["status"]] = statuses.get(result["status"], 0) + 1
-    out(
+    log(
         f"{owner}: stopped ({report.stop_reason}) after {report.runs} rounds: "
         f"{json.dumps(statuses, sort_keys=True)}, idle {report.idle}, busy {report.busy}"
     )
+    log.close()
     return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
 
 
@@ -290,4 +314,4 @@ def cmd_web(args: argparse.Namespace) -> int:
     """Serve the operators' page (``courier.web``)."""
     from courier.web import serve_web
 
-    return serve_web(args, out)
+    return serve_web(args)

@@ -18,9 +18,9 @@ def test_rates_runs_the_same_programs_in_both_modes(tmp_path: Path) -> None:
 
 
 def test_first_failures_counts_the_programs_of_each_seed(tmp_path: Path) -> None:
-    result = first_failures(BY_NAME["claim-chooses-then-leases"], tmp_path, 2, "scheduled", 30)
+    result = first_failures(BY_NAME["claim-chooses-then-leases"], tmp_path, 1, "scheduled", 30)
     assert result["mode"] == "scheduled" and result["cap"] == 30
     firsts = result["first_failures"]
-    assert isinstance(firsts, list) and len(firsts) == 2
+    assert isinstance(firsts, list) and len(firsts) == 1
     # this plant fails within a few programs under the scheduler, whatever the seed
     assert all(isinstance(first, int) and 1 <= first <= 30 for first in firsts), firsts

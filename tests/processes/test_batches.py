@@ -93,6 +93,12 @@ def test_a_batched_courier_delivers_and_records_each_job_once(
     assert {job_id: (row["outcome"], row["status"]) for job_id, row in logged.items()} == (
         dict.fromkeys(ids, ("ok", "done"))
     )
+    # Each delivery's claimed row, written with its batch's before the deliveries start,
+    # then its outcome row: two rows an attempt, one token.
+    for job_id in ids:
+        rows = [(row["outcome"], row["token"]) for row in attempts.attempts_of(queue, job_id)]
+        assert rows == [(attempts.CLAIMED, 1), ("ok", 1)], (job_id, rows)
+    assert "could not record" not in text, text
 
 
 # --- A courier killed mid-batch ---------------------------------------------------------------
@@ -191,7 +197,9 @@ def test_a_receiver_killed_between_its_group_commit_and_its_answers_loses_nothin
     rows = {row["id"]: row for row in Inbox(inbox, create=False).summary()["rows"]}
     assert all(rows[job_id]["requests"] >= 2 for job_id in committed), "re-sent, absorbed"
     for job_id in committed:  # committed, unanswered: a retry first, done at a re-send
-        tried = attempts.attempts_of(queue, job_id)
+        logged = attempts.attempts_of(queue, job_id)
+        tried = [row for row in logged if row["outcome"] != attempts.CLAIMED]
+        assert logged[0]["outcome"] == attempts.CLAIMED, logged
         assert (tried[0]["outcome"], tried[0]["kind"]) == ("retry", "connection"), tried
         assert (tried[-1]["outcome"], tried[-1]["status"]) == ("ok", "done"), tried
 
