@@ -26,9 +26,10 @@ test: $(STAMP)
 nightly: $(STAMP)
 	HYPOTHESIS_PROFILE=nightly $(PY) -m pytest -n $(WORKERS) --dist worksteal
 
-## demo: the project's main job, two couriers on a temporary queue file
-demo: $(STAMP)
-	$(PY) -m courier demo
+## demo: the project's main job, two couriers on a temporary queue file; it runs from the
+## checkout on the standard library alone, so it installs nothing (no .venv, no test extra)
+demo:
+	$(PYTHON) -m courier demo
 
 ## fuzz: a time-bounded random campaign (MINUTES=5 by default) of the lockstep machine;
 ## MODE=parallel: parallel programs under random schedules (tests/parallel), on worker.py;

@@ -247,10 +247,10 @@ def follow_lag(folder: Path, s: Settings) -> dict[str, Any]:
     path = _filled(files, "follow", s)
 
     def run_fleet() -> dict[str, Any]:
-        with delivery.serving("receiver", folder / "inbox-follow.sqlite") as url:
+        with delivery.serving("receiver", folder / "inbox-follow.sqlite") as served:
             _, reports, _ = fleet(
                 delivery.courier,
-                lambda owner: (path, url, owner, s.follow_seconds),
+                lambda owner: (path, served.url, owner, s.follow_seconds),
                 s.couriers,
                 s.follow_seconds + delivery.RESULT_GRACE_S,
             )

@@ -1,5 +1,5 @@
-"""Delivery end to end: the real courier runner against the real receiver, beside run_once. See
-docs/benchmarks.md, ``bench.delivery``."""
+"""Delivery end to end: the real courier runner against the real receiver, beside run_once, and
+the batched courier beside today's. See docs/benchmarks.md, ``bench.delivery``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,21 @@ from typing import Any
 import worker
 from bench.measure import fleet as start_fleet
 from bench.measure import fleet_totals
+from bench.ops import Calls, timed_phases
 from bench.rows import fill
+from courier.attempts import AttemptLog, sidecar_path
+from courier.batch_rounds import BatchRounds
 from courier.clock import clock_ms
-from courier.delivery import HttpSend
+from courier.delivery import HttpSend, HttpSends
 from courier.inbox import Inbox
 from courier.receiver import Receiver
-from courier.runner import run_courier
+from courier.runner import rounds_for, run_courier
 from courier.stop_rules import StopRules
+from tests.stores import Store
 from tests.stores.sqlite import SQLiteStore
 
-__all__ = ["BUILDS_ON", "LAYERS", "LEASE_MS", "breakdown", "courier", "fleet", "serve", "serving"]
+__all__ = ["BATCH", "BUILDS_ON", "GOALS", "IN_FLIGHT", "LAYERS", "LEASE_MS", "SIDES"]
+__all__ += ["breakdown", "courier", "courier_run", "fleet", "serve", "serving", "side_by_side"]
 
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
@@ -33,6 +39,20 @@ RESULT_GRACE_S = 30.0
 JOBS_PER_SECOND_CEILING = 3_000  # prefill: more than can be delivered in the window
 LAYERS = ("run_once", "run_file", "HTTP", "receiver", "runner")
 BUILDS_ON = {"run_file": "run_once", "HTTP": "run_once", "receiver": "HTTP", "runner": "receiver"}
+# The batched courier: `courier run --batch 64 --in-flight 16 --lease-ms 4000`, whose
+# default timeout (3/4 of the lease over its 4 waves) is today's 750 ms a delivery.
+BATCH, IN_FLIGHT, BATCH_LEASE_MS = 64, 16, 4000
+BATCH_TIMEOUT_MS = BATCH_LEASE_MS * 3 // (4 * (BATCH // IN_FLIGHT))
+# What side_by_side measures in each round, in turn: (courier's batch, its in flight, server)
+SIDES = {
+    "single": (1, 1, "receiver"),
+    "batched": (BATCH, IN_FLIGHT, "receiver"),
+    "no_commit": (BATCH, IN_FLIGHT, "HTTP"),
+}
+CALL_BATCHES = 40  # claim_many + finish_many cycles of BATCH: the batch calls' own rate
+# Issue 33's goals: deliveries a second of the batched courier to the real receiver, by
+# backend; its share of the batch calls' own rate against a receiver that does not commit.
+GOALS = {"sqlite": 2_000.0, "postgres": 5_000.0, "overhead": 0.5}
 
 
 @contextlib.contextmanager
@@ -81,8 +101,11 @@ class _Answer200(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def _answer_200() -> Iterator[str]:
     """A server on 127.0.0.1 (an OS-assigned port) answering 200 at once; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer200)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer200, bind_and_activate=False)
     server.daemon_threads = True
+    server.request_queue_size = 128  # as the receiver's: IN_FLIGHT connections come at once
+    server.server_bind()
+    server.server_activate()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -93,30 +116,42 @@ def _answer_200() -> Iterator[str]:
         server.server_close()
 
 
-@contextlib.contextmanager
-def _receiving(inbox: Path) -> Iterator[str]:
-    """The real receiver on ``inbox``, running; its URL."""
-    with Receiver(inbox) as receiver:
-        yield receiver.url
-
-
 def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
     """A server process: ``kind`` ``"HTTP"`` answers 200 at once, ``"receiver"`` is the
-    real receiver on ``inbox``; its URL goes to ``ready``, and it serves until ``stop``."""
-    with _answer_200() if kind == "HTTP" else _receiving(Path(inbox)) as url:
-        ready.put(url)
+    real receiver on ``inbox``; its URL goes to ``ready``, and it serves until ``stop``;
+    then the receiver's inbox commits and the writes they held go to ``ready`` too."""
+    if kind == "HTTP":
+        with _answer_200() as url:
+            ready.put(url)
+            stop.wait(READY_TIMEOUT_S * 10)
+        return
+    with Receiver(Path(inbox)) as receiver:
+        ready.put(receiver.url)
         stop.wait(READY_TIMEOUT_S * 10)
+    ready.put({"commits": receiver.inbox.commits, "writes": receiver.inbox.writes})
+
+
+@dataclass
+class Served:
+    """A server process's URL and, once it stopped, what its inbox says (the receiver's)."""
+
+    url: str
+    inbox: dict[str, int] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
-def serving(kind: str, inbox: Path) -> Iterator[str]:
-    """``serve`` in a spawned process for the duration; its URL."""
+def serving(kind: str, inbox: Path) -> Iterator[Served]:
+    """``serve`` in a spawned process (as ``courier serve`` runs apart from couriers)."""
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()
     child = context.Process(target=serve, args=(kind, str(inbox), ready, stop), daemon=True)
     child.start()
     try:
-        yield ready.get(timeout=READY_TIMEOUT_S)
+        served = Served(ready.get(timeout=READY_TIMEOUT_S))
+        yield served
+        stop.set()
+        if kind != "HTTP":
+            served.inbox = ready.get(timeout=RESULT_GRACE_S)
     finally:
         stop.set()
         child.join(timeout=30)
@@ -167,7 +202,7 @@ def _layer(name: str, path: Path, folder: Path, seconds: float) -> dict[str, Any
         send: Callable[[dict[str, Any]], bool] = _instant
         if name != "run_once":
             kind = "HTTP" if name == "HTTP" else "receiver"
-            url = stack.enter_context(serving(kind, folder / f"inbox-{name}.sqlite"))
+            url = stack.enter_context(serving(kind, folder / f"inbox-{name}.sqlite")).url
             send = stack.enter_context(HttpSend(url, owner, TIMEOUT_MS))
         if name == "runner":
             assert isinstance(send, HttpSend)
@@ -213,12 +248,122 @@ def fleet(folder: Path, processes: int, seconds: float) -> dict[str, Any]:
     and the effects the receiver's inbox holds."""
     inbox = folder / f"inbox-fleet-{processes}.sqlite"
     queue_file = _queue_file(SQLiteStore(str(folder)), f"fleet-{processes}", seconds)
-    with queue_file as path, serving("receiver", inbox) as url:
+    with queue_file as path, serving("receiver", inbox) as served:
         _, reports, _ = start_fleet(
             courier,
-            lambda owner: (str(path), url, owner, seconds),
+            lambda owner: (str(path), served.url, owner, seconds),
             processes,
             seconds + RESULT_GRACE_S,
         )
     totals = fleet_totals(processes, seconds, reports, "deliveries", "lock_timeouts", "stale")
     return {**totals, "effects": Inbox(inbox, create=False).summary().get("effects")}
+
+
+# --- One batched courier beside today's -----------------------------------------------
+
+
+def courier_run(
+    target: str, url: str, seconds: float, batch: int = 1, in_flight: int = 1
+) -> dict[str, Any]:
+    """What ``courier run QUEUE --batch B --in-flight M`` does for ``seconds``, in this
+    process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``),
+    ``BatchRounds`` over the queue's rounds for a batch, the attempt log. Today's
+    courier (``batch`` 1) keeps ``courier run``'s defaults (``LEASE_MS``); a batched one
+    has ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
+    lease_ms, timeout_ms = (
+        (LEASE_MS, TIMEOUT_MS) if batch == 1 else (BATCH_LEASE_MS, BATCH_TIMEOUT_MS)
+    )
+    owner = "bench"
+    send: HttpSend | HttpSends = (
+        HttpSend(url, owner, timeout_ms)
+        if in_flight == 1
+        else HttpSends(url, owner, timeout_ms, in_flight)
+    )
+    queue_rounds = rounds_for(target)
+    rounds = BatchRounds(queue_rounds, batch, in_flight, timeout_ms) if batch > 1 else queue_rounds
+    attempts = AttemptLog(target)
+    rules = StopRules(max_runs=10**7, max_seconds=seconds)
+    start = time.monotonic()
+    try:
+        report = run_courier(
+            target,
+            owner,
+            send,
+            lease_ms=lease_ms,
+            stop_rules=rules,
+            log=_quiet,
+            rounds=rounds,
+            attempts=attempts,
+        )
+    finally:
+        spent = time.monotonic() - start
+        rounds.close()
+        attempts.close()
+        send.close()
+    done = sum(1 for result in report.results if result["status"] == "done")
+    return {
+        "deliveries": done,
+        "not_done": len(report.results) - done,
+        "rounds": report.runs,
+        "busy": report.busy,
+        "idle": report.idle,
+        "seconds": round(spent, 3),
+        "count": done,
+        "per_s": round(done / spent, 1),
+        "stop_reason": report.stop_reason,
+    }
+
+
+def _side(name: str, store: Store, folder: Path, seconds: float, label: str) -> dict[str, Any]:
+    """One side of a round (``SIDES``, or ``calls``) on a fresh queue of ``store``."""
+    if name == "calls":
+        with store.queue(label) as con:
+            calls = Calls(store.module(), con, BATCH)
+            timed = timed_phases(calls, CALL_BATCHES, 60.0, lambda: store.settle(con))
+        return timed["cycle"].as_dict()
+    batch, in_flight, server = SIDES[name]
+    where = store.fresh(label)
+    try:
+        con = store.connect(where)
+        try:
+            fill(con, int(JOBS_PER_SECOND_CEILING * 4 * seconds) + 1_000, clock_ms())
+            store.settle(con)
+        finally:
+            con.close()
+        with serving(server, folder / f"inbox-{label}.sqlite") as served:
+            figure = courier_run(where, served.url, seconds, batch, in_flight)
+        figure["inbox"] = served.inbox
+        return figure
+    finally:
+        store.remove(where)
+        if store.name == "sqlite":
+            sidecar_path(where).unlink(missing_ok=True)
+
+
+def side_by_side(store: Store, folder: Path, seconds: float, rounds: int) -> dict[str, Any]:
+    """Today's courier, the batched courier (``BATCH``, ``IN_FLIGHT``), the batched
+    courier against a server that answers without committing, and the batch calls
+    alone (``claim_many`` + ``finish_many`` of ``BATCH``), each on a fresh queue of
+    ``store``, in turn in each of ``rounds`` rounds: each figure's median round, every
+    round's rate, and the median of each round's ratios."""
+    names = (*SIDES, "calls")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for number in range(rounds):
+        for name in names:
+            runs[name].append(_side(name, store, folder, seconds, f"{name}-{number}"))
+    out: dict[str, Any] = {"batch": BATCH, "in_flight": IN_FLIGHT, "seconds": seconds}
+    out |= {"lease_ms": BATCH_LEASE_MS, "timeout_ms": BATCH_TIMEOUT_MS, "rounds": rounds}
+    for name, figures in runs.items():
+        median = sorted(figures, key=lambda figure: float(figure["per_s"]))[(rounds - 1) // 2]
+        out[name] = {**median, "rounds_per_s": [figure["per_s"] for figure in figures]}
+
+    def ratio(top: str, bottom: str) -> float:
+        each = sorted(
+            float(a["per_s"]) / float(b["per_s"]) if b["per_s"] else 0.0
+            for a, b in zip(runs[top], runs[bottom], strict=True)
+        )
+        return round(each[(rounds - 1) // 2], 2)
+
+    out["batched_vs_single"] = ratio("batched", "single")
+    out["no_commit_vs_calls"] = ratio("no_commit", "calls")
+    return out

@@ -38,6 +38,7 @@ class Settings:
     couriers: tuple[int, ...] = (1, 4, 8)
     courier_seconds: float = 5.0  # each fleet of courier processes
     layer_seconds: float = 1.5  # each layer of one courier's round, in each round
+    batch_seconds: float = 3.0  # each side of the batched courier's, in each round
     ceiling_steps: int = 2_000  # steps of each call beside its ceiling
     slowpath_cycles: int = 100
     slowpath_scale: float = 1.0
@@ -52,6 +53,7 @@ QUICK = Settings(
     couriers=(1, 2),
     courier_seconds=0.5,
     layer_seconds=0.1,
+    batch_seconds=0.3,
     ceiling_steps=10,
     slowpath_cycles=3,
     slowpath_scale=0.02,
@@ -138,6 +140,10 @@ def run(folder: Path, s: Settings) -> dict[str, Any]:
         "layers": delivery.breakdown(folder, s.layer_seconds, s.layer_rounds),
         "results": [delivery.fleet(folder, n, s.courier_seconds) for n in s.couriers],
     }
+    step("one courier in batches")
+    record["couriers"]["batches"] = delivery.side_by_side(
+        SQLiteStore(str(folder)), folder, s.batch_seconds, s.layer_rounds
+    )
     meta["settings"] = dataclasses.asdict(s)
     meta["duration_s"] = round(time.monotonic() - started, 1)
     return record

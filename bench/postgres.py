@@ -1,6 +1,6 @@
 """PostgreSQL beside SQLite on the same disk: single calls, batches of 64, courier processes,
-and the queue states where a claim could slow down. See docs/benchmarks.md,
-``bench.postgres``."""
+one courier in batches end to end, and the queue states where a claim could slow down. See
+docs/benchmarks.md, ``bench.postgres``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pgworker
 import worker
-from bench import report, slowpaths
+from bench import delivery, report, slowpaths
 from bench.ceilings import raw_fsync
 from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
 from bench.ops import Calls, timed_phases
@@ -30,6 +30,7 @@ __all__ = ["courier", "main", "run", "wal_flushes"]
 CALLS, BATCH, BATCHES, PROCESSES, SECONDS = 1000, 64, 40, (1, 2, 4, 8, 16), 3.0
 QUICK_CALLS, QUICK_BATCHES, QUICK_PROCESSES, QUICK_SECONDS = 30, 3, (1, 2), 0.5
 SLOW_CYCLES, QUICK_SLOW_CYCLES, QUICK_SLOW_SCALE = 100, 3, 0.01
+BATCH_SECONDS, BATCH_ROUNDS, QUICK_BATCH_SECONDS = 3.0, 3, 0.3  # bench.delivery.side_by_side
 MAX_SECONDS = 120.0  # bound of every timed loop
 FSYNC_PROBES = 2000  # the disk's own rate: 4 KiB written and synced, for at most 1 s
 LEASE_MS = 30_000
@@ -162,6 +163,10 @@ def run(folder: Path, quick: bool) -> dict[str, Any]:
             }
             record["couriers"].append(row)
             log(f"{n} couriers: {row['sqlite']['per_s']}/s, {row['postgres']['per_s']}/s")
+        batch_seconds = QUICK_BATCH_SECONDS if quick else BATCH_SECONDS
+        rounds = 1 if quick else BATCH_ROUNDS
+        record["batches"] = delivery.side_by_side(postgres, folder, batch_seconds, rounds)
+        log(f"one courier in batches: {record['batches']['batched']['per_s']}/s")
         cycles = QUICK_SLOW_CYCLES if quick else SLOW_CYCLES
         scale = QUICK_SLOW_SCALE if quick else 1.0
         record["slowpaths"] = slowpaths.record(postgres, slowpaths.POSTGRES_CASES, cycles, scale)

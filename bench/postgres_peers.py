@@ -18,8 +18,13 @@ from typing import Any
 import pgworker
 from bench import report
 from bench.measure import T0_MS, add_record_options, fleet, log, publish, record_or_render
-from bench.ops import Calls
+from bench.ops import Calls, event, expect
 from bench.server import Server, postgres_server
+from courier import backend
+from courier.batch_rounds import BatchRounds
+from courier.pg_rounds import PgRounds
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
 
 __all__ = ["CONTESTANTS", "main", "run"]
 
@@ -28,6 +33,8 @@ QUICK_JOBS, QUICK_PROCESSES = 100, (1, 2)
 ENQUEUE_CHUNK = 1_000
 POLL_S, POLL_MIN_S = 0.02, 0.002
 CELL_TIMEOUT_S = 120.0
+COURIER_LEASE_MS, COURIER_TIMEOUT_MS = 30_000, 1_000  # the courier's: no lease runs out
+COURIER_TTL_MS = 60_000  # enqueue's longest: a cell is over well before it
 TASK = "noop"
 # What the worker processes' server imports (a peer not installed is passed over).
 PRELOAD = ("bench.postgres_peers", "asyncpg", "procrastinate", "pgqueuer", "pgqueuer.db")
@@ -74,6 +81,50 @@ class Pgworker:
                 calls.ack(tickets, T0_MS + 2)
                 done += len(tickets)
         return done
+
+
+class Courier(Pgworker):
+    """``courier run --batch N``'s loop (``run_courier`` over ``BatchRounds`` on
+    ``PgRounds``: ``claim_many``, the deliveries, ``finish_many``, on the server's clock),
+    with a send that returns ``True`` at once (the peers' no-op task), until the queue
+    is drained."""
+
+    count_done = Pgworker.count_done
+
+    def enqueue(self, conninfo: str, jobs: int) -> None:
+        """The jobs, enqueued on the server's clock (the courier's time base), with the
+        longest ttl: jobs on the other contestants' virtual time would be past their
+        deadline for it."""
+        with contextlib.closing(pgworker.open_queue(conninfo)) as con:
+            now_ms = backend.server_clock_ms(con)
+            for start in range(0, jobs, ENQUEUE_CHUNK):
+                events = [event(i) for i in range(start, min(jobs, start + ENQUEUE_CHUNK))]
+                got = pgworker.enqueue_many(con, events, now_ms, COURIER_TTL_MS)
+                expect("enqueue", got, [True] * len(events))
+
+    def work(self, conninfo: str, owner: str, started: Started) -> int:
+        ran: list[int] = []
+
+        def noop(event: dict[str, Any]) -> bool:
+            ran.append(1)
+            return True
+
+        rounds = BatchRounds(PgRounds(conninfo), self.batch, 1, COURIER_TIMEOUT_MS)
+        rules = StopRules(max_runs=10**7, max_seconds=CELL_TIMEOUT_S, until_drained=True)
+        try:
+            if started():
+                run_courier(
+                    conninfo,
+                    owner,
+                    noop,
+                    lease_ms=COURIER_LEASE_MS,
+                    stop_rules=rules,
+                    log=lambda line: None,
+                    rounds=rounds,
+                )
+        finally:
+            rounds.close()
+        return len(ran)
 
 
 class Procrastinate(Pgworker):
@@ -190,6 +241,9 @@ CONTESTANTS: dict[str, Pgworker] = {
     "pgworker": Pgworker(1, "`claim` + `finish`, fenced by the ticket"),
     "pgworker-64": Pgworker(64, "`claim_many` + `finish_many` of 64, fenced by the tickets"),
     "pgworker-10": Pgworker(10, "`claim_many` + `finish_many` of 10 (pgqueuer's batch), fenced"),
+    "courier-10": Courier(
+        10, "`courier run --batch 10`'s loop (`claim_many`, a no-op send, `finish_many`), fenced"
+    ),
     "procrastinate": Procrastinate(
         1, "`run_worker(wait=False)`, defaults: one job per fetch, finish by job id"
     ),

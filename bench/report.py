@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.delivery import BUILDS_ON
+from bench.delivery import BUILDS_ON, GOALS
 from bench.peers import VERBS
 
 __all__ = ["PEERS_MARKS", "POSTGRES_MARKS", "peers", "performance", "postgres", "slow_states"]
@@ -25,6 +25,7 @@ PEERS_MARKS = (
     "<!-- bench.postgres_peers: begin (generated, do not edit) -->",
     "<!-- bench.postgres_peers: end -->",
 )
+OURS = ("pgworker", "courier")  # bench.postgres_peers' contestants of this project
 WIDTH = 98  # docs/performance.md's prose (and every slow-states paragraph) is wrapped here
 _CONTRACT_MODE = "DELETE+FULL"
 # bench.postgres' goals at GOAL_PROCESSES couriers: the ratio to SQLite, every share
@@ -57,7 +58,8 @@ def _fill(template: str, values: dict[str, Any], width: int | None = WIDTH) -> s
     for block in (TEMPLATES / f"{template}.md").read_text(encoding="utf-8").split("\n\n"):
         block = block.strip("\n")
         if re.fullmatch(r"\{\w+\}", block):
-            paragraphs += [str(values[block[1:-1]]).rstrip("\n")] if values[block[1:-1]] else []
+            value = values.get(block[1:-1])  # none in an older record: left out
+            paragraphs += [str(value).rstrip("\n")] if value else []
             continue
         try:
             text = block.format_map(values)
@@ -204,7 +206,12 @@ def _couriers(results: dict[str, Any]) -> dict[str, Any]:
         for fleet in fleets
     ]
     header = "couriers | deliveries/s, all | each courier's share of the mean | lock timeouts "
-    return {
+    batches = {}
+    if "batches" in section:
+        part = section["batches"]
+        batches = {"courier_batch": part["batch"]}
+        batches["courier_batches"] = batched(part, "sqlite", titled=False)
+    return batches | {
         "layer_seconds": section["layer_seconds"],
         "layer_rounds": section.get("layer_rounds", 3),
         "layers": _table(
@@ -217,6 +224,52 @@ def _couriers(results: dict[str, Any]) -> dict[str, Any]:
         "fleets": _table(header + "| stale finishes", shares),
         "fewest": min(fleet["smallest_share"] for fleet in fleets if fleet["processes"] > 1),
     }
+
+
+def _met(value: float, goal: float) -> str:
+    return "met" if value >= goal else "**not met**"
+
+
+def batched(part: dict[str, Any], backend: str, titled: bool = True) -> str:
+    """A ``bench.delivery.side_by_side`` record on ``backend`` (``sqlite``,
+    ``postgres``) as markdown: its table, and each figure beside its goal (``GOALS``)."""
+    words = _words("side")
+    rows = []
+    for name in ("single", "batched", "no_commit", "calls"):
+        figure = part[name]
+        spread = [float(rate) for rate in figure["rounds_per_s"]]
+        inbox = figure.get("inbox") or {}
+        per_commit = inbox["writes"] / inbox["commits"] if inbox.get("commits") else None
+        rows.append(
+            f"{words[name]} | {_fmt(figure['per_s'])} | "
+            f"{'-' if len(spread) < 2 else f'{min(spread):,.0f} - {max(spread):,.0f}'} | "
+            f"{figure.get('not_done', '-')} | {_fmt(per_commit, 1)}"
+        )
+    header = "what | jobs/s | rounds (jobs/s) | not done | receiver: deliveries a commit"
+    batched_rate, overhead = float(part["batched"]["per_s"]), float(part["no_commit_vs_calls"])
+    name = "PostgreSQL" if backend == "postgres" else "SQLite"
+    values = {
+        "title": f"**One courier in batches** on {name}: " if titled else "",
+        "backend": name,
+        "batch_table": _table(header, rows, "lrrrr"),
+        "courier_batch": part["batch"],
+        "in_flight": part["in_flight"],
+        "batch_lease_ms": part["lease_ms"],
+        "batch_timeout_ms": part["timeout_ms"],
+        "batch_seconds": part["seconds"],
+        "batch_rounds": part["rounds"],
+        "batched_rate": batched_rate,
+        "batched_goal": GOALS[backend],
+        "batched_met": _met(batched_rate, GOALS[backend]),
+        "batched_times": part["batched_vs_single"],
+        "single_rate": float(part["single"]["per_s"]),
+        "no_commit_rate": float(part["no_commit"]["per_s"]),
+        "calls_rate": float(part["calls"]["per_s"]),
+        "overhead": overhead,
+        "overhead_goal": GOALS["overhead"],
+        "overhead_met": _met(overhead, GOALS["overhead"]),
+    }
+    return _fill("batches", values)
 
 
 def _slow_states(results: dict[str, Any]) -> dict[str, Any]:
@@ -345,6 +398,7 @@ def postgres(record: dict[str, Any]) -> str:
         "sqlite_durability": first["sqlite"]["durability"],
         "postgres_durability": first["postgres"]["durability"],
         "slow_states": slow_states(record["slowpaths"]) if "slowpaths" in record else "",
+        "courier_batches": batched(record["batches"], "postgres") if "batches" in record else "",
     }
     return _fill("postgres", values, width=None)
 
@@ -357,10 +411,10 @@ def _rate_of(value: float | None) -> str:
 
 
 def _verdicts(record: dict[str, Any]) -> list[str]:
-    """For each K, whether each pgworker row is ahead of every peer that ran."""
+    """For each K, whether each pgworker (and courier) row is ahead of every peer that ran."""
     ran = [c for c in record["contestants"] if c.get("cells")]
-    ours = [row["name"] for row in ran if row["name"].startswith("pgworker")]
-    others = [row["name"] for row in ran if not row["name"].startswith("pgworker")]
+    ours = [row["name"] for row in ran if row["name"].startswith(OURS)]
+    others = [row["name"] for row in ran if not row["name"].startswith(OURS)]
     if not ours or not others:
         return ["No peer ran beside pgworker: nothing to compare."]
     lines = []

@@ -1,7 +1,8 @@
 """One soak courier, a child process: ``python -m chaos courier QUEUE ...``.
 
 It is ``courier.runner.run_courier`` with an HTTP send, as ``courier run`` is, and
-two additions the checker needs, both in its rounds (``RecordedRounds``):
+two additions the checker needs, both in its rounds (``RecordedRounds``; with
+``--batch``, ``chaos.batches``):
 
 1. An event log (``EventLog``): one JSON line per ``run_once`` result, busy error
    and drill, each flushed before the action it announces, so a SIGKILL loses at
@@ -27,17 +28,21 @@ import os
 import random
 import signal
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import worker
+from chaos.batches import RecordedCalls
 from chaos.schedule import Drill, parse_drill
 from courier import queueview
+from courier.batch_rounds import BatchRounds, QueueCalls
 from courier.clock import clock_ms
-from courier.delivery import HttpSend, Send
+from courier.delivery import HttpSend, HttpSends, Send
+from courier.file_rounds import FileRounds
 from courier.procs import module_command
-from courier.runner import run_courier
+from courier.runner import Rounds, run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import StopSignal, stop_on_signals
 from courier.transient import is_busy
@@ -80,16 +85,19 @@ def freeze_request(events: Path) -> Path:
 
 
 class EventLog:
-    """A courier's own record: one JSON object per line, flushed as it is written."""
+    """A courier's own record: one JSON object per line, flushed as it is written (whole
+    lines, from any of its threads)."""
 
     def __init__(self, path: Path) -> None:
         self._file: TextIO = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
 
     def write(self, event: str, **fields: object) -> None:
         """Write one line with ``event``, this pid, the time and ``fields``, then flush."""
         line = json.dumps({"event": event, "pid": os.getpid(), "at_ms": clock_ms(), **fields})
-        self._file.write(line + "\n")
-        self._file.flush()
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()
@@ -244,6 +252,8 @@ def add_courier_options(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--drill", help="OPERATION:POINT, e.g. finish:after-commit")
     parser.add_argument("--drill-round", type=int, default=1)
     parser.add_argument("--until-drained", action="store_true")
+    parser.add_argument("--batch", type=int, default=1, help="jobs a round claims at once")
+    parser.add_argument("--in-flight", type=int, default=1, help="deliveries of a batch at once")
     return parser
 
 
@@ -267,12 +277,27 @@ class CourierStart:
         rng = random.Random(f"jitter:{args.seed}:{args.owner}:{args.incarnation}")
         return cls(stop, drill, events, rng)
 
+    def recorded(self, calls: QueueCalls) -> RecordedCalls:
+        """The queue's ``calls`` for batched rounds, recorded and drilled
+        (``chaos.batches``)."""
+        if self.drill is None:
+            return RecordedCalls(calls, self.events)
+        return RecordedCalls(
+            calls, self.events, DrillHook(self.drill, self.events), self.drill.round
+        )
+
     def announce(self, args: argparse.Namespace) -> FreezeOnRequest:
         """Write the ``start`` line; return the courier's send: an ``HttpSend``
-        (``X-Courier``: ``sender_name``) that freezes on request (``FreezeOnRequest``)."""
+        (``X-Courier``: ``sender_name``; ``HttpSends`` for deliveries in flight) that
+        freezes on request (``FreezeOnRequest``)."""
         drill = None if self.drill is None else self.drill.name
-        self.events.write("start", owner=args.owner, drill=drill)
-        send = HttpSend(args.url, sender_name(args.owner, os.getpid()), args.timeout_ms)
+        self.events.write("start", owner=args.owner, drill=drill, batch=args.batch)
+        sender = sender_name(args.owner, os.getpid())
+        send: HttpSend | HttpSends = (
+            HttpSend(args.url, sender, args.timeout_ms)
+            if args.in_flight == 1
+            else HttpSends(args.url, sender, args.timeout_ms, args.in_flight)
+        )
         return FreezeOnRequest(send, self.events, freeze_request(args.events), self.stop)
 
 
@@ -292,16 +317,23 @@ def courier_main(argv: Sequence[str]) -> int:
         rules = StopRules(
             max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
         )
-        report = run_courier(
-            args.queue,
-            args.owner,
-            send,
-            lease_ms=args.lease_ms,
-            stop_rules=rules,
-            stop=start.stop,
-            rng=start.rng.random,
-            rounds=RecordedRounds(args.queue, events, start.drill),
-        )
+        rounds: Rounds = RecordedRounds(args.queue, events, start.drill)
+        if args.batch > 1:
+            calls = start.recorded(FileRounds(args.queue))
+            rounds = BatchRounds(calls, args.batch, args.in_flight, args.timeout_ms)
+        try:
+            report = run_courier(
+                args.queue,
+                args.owner,
+                send,
+                lease_ms=args.lease_ms,
+                stop_rules=rules,
+                stop=start.stop,
+                rng=start.rng.random,
+                rounds=rounds,
+            )
+        finally:
+            rounds.close()
         events.write("stop", reason=report.stop_reason, runs=report.runs, busy=report.busy)
     finally:
         events.close()

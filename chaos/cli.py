@@ -49,6 +49,8 @@ OPTIONS: tuple[tuple[str, type, str, str], ...] = (
     ("lease_ms", int, "MS", "the couriers' lease; their HTTP timeout is 3/4 of it"),
     ("chaos_per_s", float, "RATE", "chaos events per second after the first round"),
     ("jobs_per_s", float, "RATE", "intake calls per second at most (the load's pace)"),
+    ("batch", int, "N", "jobs a courier claims a round (claim_many); 1: one at a time"),
+    ("in_flight", int, "M", "deliveries of a batch in flight at once"),
 )
 
 
@@ -149,9 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     out: Out = (lambda line: None) if args.quiet else _print
     _raise_on_sigterm()
+    batches = (
+        f", batches of {config.batch} ({config.in_flight} in flight)" if config.batch > 1 else ""
+    )
     out(
         f"lease-queue chaos soak on {config.backend}: seed {config.seed}, "
-        f"{config.couriers} couriers, {config.jobs} jobs, lease {config.lease_ms} ms"
+        f"{config.couriers} couriers, {config.jobs} jobs, lease {config.lease_ms} ms{batches}"
     )
     if skipped is not None:
         _print(

@@ -120,6 +120,8 @@ class Launcher:
         }
         if drill is not None:
             options |= {"--drill": drill.name, "--drill-round": drill.round}
+        if self.config.batch > 1:
+            options |= {"--batch": self.config.batch, "--in-flight": self.config.in_flight}
         flags = [part for pair in options.items() for part in pair]
         argv = chaos_command(self.child, self.queue, *flags)
         if healthy:

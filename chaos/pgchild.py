@@ -25,6 +25,10 @@ writes to its event log (``chaos.child.EventLog``, one flushed JSON line each):
    committed, its lease expires unused.
 4. A drill (``chaos.schedule.Drill``) SIGKILLs the process inside one fault hook
    of ``claim`` or ``finish``, as on SQLite (``chaos.child.DrillHook``).
+5. With ``--batch``, the rounds are ``courier.batch_rounds.BatchRounds`` on the
+   link (``LinkCalls``), recorded as ``chaos.batches`` says; a finish that met a
+   lost connection is tried again with the next group, or at the end of the
+   round once the link is back.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -41,9 +45,14 @@ import pgworker
 import worker
 from chaos.child import CourierStart, DrillHook, EventLog, add_courier_options
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
+from courier.batch_rounds import BatchRounds
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
 from courier.stop_signal import pause
 
-__all__ = ["LIBPQ_TIMEOUTS", "Link", "pg_round", "pgcourier_main"]
+__all__ = ["LIBPQ_TIMEOUTS", "Link", "LinkCalls", "pg_round", "pgcourier_main"]
+
+T = TypeVar("T")
 
 # How long a dead link can hold a courier: connect 2 s, unacknowledged data 1 s
 # (less than the shortest partition, so a cut-off finish fails and is retried),
@@ -212,6 +221,74 @@ def _drained(link: Link) -> bool:
     return not counts.get("pending", 0) and not counts.get("leased", 0)
 
 
+class LinkCalls:
+    """The queue's calls over the courier's ``Link`` (``courier.batch_rounds.QueueCalls``),
+    at the server's clock: a lost connection is noted (``Link.lost``) and raised, and
+    the next call waits on the link for another (bounded by its deadline and stop)."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def _connection(self, during: str) -> Any:
+        con = self.link.get()
+        if con is None:
+            raise Lost(f"no connection for the {during}: the courier is stopping")
+        return con
+
+    def now_ms(self) -> int:
+        con = self._connection("clock")
+        try:
+            return server_now_ms(con)
+        except Lost as error:
+            self.link.lost(error, "clock")
+            raise
+
+    def call(self, action: Callable[[Any, Any, int], T]) -> T:
+        con = self._connection("call")
+        try:
+            return action(pgworker, con, server_now_ms(con))
+        except Lost as error:
+            self.link.lost(error, "batch")
+            raise
+
+    def drained(self) -> bool:
+        return _drained(self.link)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+def _batched(args: argparse.Namespace, start: CourierStart, link: Link) -> None:
+    """Run one batched soak courier (rule 5) until its time bound, drained or SIGTERM."""
+    send = start.announce(args)
+    rounds = BatchRounds(
+        start.recorded(LinkCalls(link)), args.batch, args.in_flight, args.timeout_ms
+    )
+    rules = StopRules(
+        max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
+    )
+    try:
+        report = run_courier(
+            args.conninfo,
+            args.owner,
+            send,
+            lease_ms=args.lease_ms,
+            stop_rules=rules,
+            stop=start.stop,
+            rng=start.rng.random,
+            rounds=rounds,
+        )
+    finally:
+        rounds.close()
+    start.events.write(
+        "stop",
+        reason=report.stop_reason,
+        runs=report.runs,
+        idle=report.idle,
+        reconnects=link.reconnects,
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos pgcourier")
     parser.add_argument("conninfo")
@@ -227,6 +304,13 @@ def pgcourier_main(argv: Sequence[str]) -> int:
     link = Link(args.conninfo, events, stop, started + args.max_seconds, rng.random)
     rounds = idle = 0
     reason = "max-seconds"
+    if args.batch > 1:
+        try:
+            _batched(args, start, link)
+        finally:
+            link.close()
+            events.close()
+        return 0
     try:
         send = start.announce(args)
         streak = 0

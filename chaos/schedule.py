@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import worker
 from chaos.faults import Fault
+from courier.batch_rounds import waves
 from courier.interference import MAX_REPLY_DELAY_MS
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
 
 MAX_JOBS = 99_999  # job ids are job-00001 .. job-99999
 MAX_COURIERS = 32
+MAX_BATCH = 64
 
 # --- Intake: what the jobs look like ---------------------------------------------
 
@@ -122,6 +124,8 @@ class Config:
     jobs_per_s: float = 30.0
     backend: str = "sqlite"
     hosts: bool = False
+    batch: int = 1
+    in_flight: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in ("sqlite", "postgres"):
@@ -132,6 +136,8 @@ class Config:
         _within("jobs", self.jobs, 1, MAX_JOBS)
         _within("lease_ms", self.lease_ms, 200, 60_000)
         _within("seed", self.seed, 0, 2**63)
+        _within("batch", self.batch, 1, MAX_BATCH)
+        _within("in_flight", self.in_flight, 1, self.batch)
         if not 1 <= self.seconds <= 86_400:
             raise ValueError(f"'seconds' must be in 1..86400, got {self.seconds!r}")
         if not 1 <= self.recovery_seconds <= 3_600:
@@ -145,8 +151,9 @@ class Config:
 
     @property
     def http_timeout_ms(self) -> int:
-        """The couriers' HTTP timeout: 3/4 of the lease, as ``courier run`` defaults to."""
-        return self.lease_ms * 3 // 4
+        """The couriers' HTTP timeout, as ``courier run`` defaults to: 3/4 of the lease,
+        over the deliveries a batch makes one after another on each delivery thread."""
+        return self.lease_ms * 3 // (4 * waves(self.batch, self.in_flight))
 
     @property
     def stop_grace_s(self) -> float:

@@ -31,7 +31,12 @@ everything around it that touches the outside world:
 - ``courier.procs``: starting, killing and reaping child courier processes;
 - ``courier.demo``: two couriers, one killed mid-delivery, the other recovers;
 - ``courier.embedded``: a throwaway PostgreSQL server for the demo;
-- ``courier.web``: the operator's web page, ``courier web QUEUE``;
+- ``courier.printable``: text from outside (a receiver's answer, an error) with its
+  control and bidirectional characters escaped, before it is printed;
+- ``courier.log_lines``: the log of ``run``, ``serve`` and ``web``: one timestamped
+  line per event, an unchanged failure folded into a count;
+- ``courier.web``: the operator's web page, ``courier web QUEUE`` (its data, views
+  and server, one module each);
 - ``courier.cli``: the operator CLI, ``courier --help`` (or ``python -m courier --help``);
 - ``courier.commands``: the CLI's commands, one command group per module.
 """

@@ -10,18 +10,26 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
    takes the queue file's write lock, so the log adds nothing to the contention
    between claims. For a PostgreSQL queue it is the table ``courier_attempts`` in
    the queue's own schema (one queue per schema keeps one log per queue).
-2. **What.** One row per attempt: ``seq``, the job ``id``, the ``token`` of the
-   lease, the ``owner``, ``at_ms`` (on the courier's time base), the ``outcome``
-   (``ok``, ``retry``, ``permanent``, or ``error`` when ``send`` raised something
-   unexpected), the ``status`` that ``finish`` gave (``done``, ``pending``,
-   ``dead``, ``stale``; ``leased`` after an error), and the cause: ``kind``
-   (``answer``, ``timeout``, ``connection``, ``exception``), ``http_status`` and
-   ``detail`` (the start of the answer's body, or the error's text, at most 200
-   characters).
+2. **What.** Two rows per attempt. When a courier starts a delivery it writes a
+   ``claimed`` row (``AttemptLog.announcing``; a batch's together,
+   ``announcing_batches``): the job ``id``, the ``token`` of the
+   lease it just took (read from the queue's row in the same statement), the
+   ``owner`` and ``at_ms``, status ``leased``. When it knows the outcome it writes
+   the outcome row: the same ``id``, ``token`` and ``owner``, ``at_ms`` (on the
+   courier's time base), the ``outcome`` (``ok``, ``retry``, ``permanent``, or
+   ``error`` when ``send`` raised something unexpected), the ``status`` that
+   ``finish`` gave (``done``, ``pending``, ``dead``, ``stale``; ``leased`` after an
+   error), and the cause: ``kind`` (``answer``, ``timeout``, ``connection``,
+   ``exception``), ``http_status`` and ``detail`` (the start of the answer's
+   body, or the error's text, at most 200 characters). A courier killed in
+   between leaves the ``claimed`` row alone: ``history`` pairs the two and shows
+   that attempt as "claimed by X at T, no outcome recorded".
 3. **Best effort.** The log is diagnostics, not state: its sidecar runs with
-   ``synchronous=NORMAL`` (a power cut may lose its last rows, never the queue's),
-   and a courier that cannot write it logs a line and goes on delivering. A queue
-   with no log yet reads as one with no attempts.
+   ``synchronous=NORMAL`` and its PostgreSQL session with ``synchronous_commit=off``
+   (a power cut may lose its last rows, never the queue's), a round's attempts are
+   written in one transaction (``record_many``), and a courier that cannot write
+   it logs a line and goes on delivering. A queue with no log yet reads as one
+   with no attempts.
 4. The log is created by the first courier that writes to it; readers never
    create it.
 """
@@ -29,21 +37,32 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from courier import backend
 from courier.backend import Target
-from courier.delivery import Cause
+from courier.clock import clock_ms
+from courier.delivery import Cause, Send
 
 __all__ = [
     "ATTEMPT_COLUMNS",
+    "CLAIMED",
+    "NO_ATTEMPT",
+    "NO_OUTCOME",
     "Attempt",
     "AttemptLog",
     "AttemptSink",
     "attempts_of",
+    "cause_text",
+    "count_dead",
+    "dead_causes",
+    "dead_ids",
+    "history",
     "last_attempts",
+    "last_attempts_of",
     "sidecar_path",
 ]
 
@@ -71,12 +90,91 @@ _PG_SCHEMA = (
   seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, {_COLUMNS_DDL})""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_by_id ON {TABLE} (id, seq)",
 )
+# The log's own session commits without waiting for the WAL flush, as the sidecar's
+# synchronous=NORMAL does (rule 3); the queue's connection keeps the server's setting.
+_PG_BEST_EFFORT = "SET synchronous_commit = off"
 _INSERT = f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+CLAIMED = "claimed"  # the outcome of a row written as a delivery starts
+# The claimed row: the token is the one of the lease the courier holds on the job (the
+# courier's claim committed just before), the time the queue's time base.
+_INSERT_CLAIMED = {
+    "sqlite": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
+  VALUES (:id, (SELECT token FROM queue.jobs
+                WHERE id = :id AND owner = :owner AND status = 'leased'),
+          :owner, :now, '{CLAIMED}', 'leased')""",
+    "postgres": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
+  VALUES (:id, (SELECT token FROM jobs WHERE id = :id AND owner = :owner AND status = 'leased'),
+          :owner, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT),
+          '{CLAIMED}', 'leased')""",
+}
+_ATTACH_QUEUE = "ATTACH DATABASE ? AS queue"
 _SELECT_OF = f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {TABLE} WHERE id = ? ORDER BY seq"
 _SELECT_LAST = f"""SELECT {", ".join(ATTEMPT_COLUMNS)} FROM {TABLE}
   WHERE seq IN (SELECT max(seq) FROM {TABLE} GROUP BY id)"""
+# The cause of a dead job, by its last row in the log: what dead jobs are grouped by.
+# The error class of a connection or exception cause is its detail up to the first ':'.
+NO_ATTEMPT = "no attempt recorded"
+NO_OUTCOME = "claimed, no outcome recorded"
+_CAUSE = """CASE WHEN a.id IS NULL THEN '{none}'
+     WHEN a.outcome = '{claimed}' THEN '{no_outcome}'
+     WHEN a.kind = 'answer' THEN 'HTTP ' || CAST(a.http_status AS TEXT)
+     WHEN a.kind IN ('connection', 'exception') THEN a.kind || ': ' || {error_class}
+     ELSE COALESCE(a.kind, a.outcome) END"""
+_DEAD_WITH_CAUSE = """SELECT j.seq, j.id, j.reason, {cause} AS cause
+  FROM {jobs} j LEFT JOIN {log} a
+    ON a.seq = (SELECT max(l.seq) FROM {log} l WHERE l.id = j.id)
+  WHERE j.status = 'dead'"""
+_DIALECT = {
+    "sqlite": {
+        "error_class": "substr(a.detail, 1, instr(a.detail || ':', ':') - 1)",
+        "jobs": "main.jobs",
+        "log": f"log.{TABLE}",
+    },
+    "postgres": {"error_class": "split_part(a.detail, ':', 1)", "jobs": "jobs", "log": TABLE},
+}
+
+
+def _dead_with_cause(kind: str) -> str:
+    words = _DIALECT[kind]
+    cause = _CAUSE.format(
+        none=NO_ATTEMPT, claimed=CLAIMED, no_outcome=NO_OUTCOME, error_class=words["error_class"]
+    )
+    return _DEAD_WITH_CAUSE.format(cause=cause, jobs=words["jobs"], log=words["log"])
+
+
+_DEAD_CAUSES = {
+    kind: f"""SELECT reason, cause, count(*) FROM ({_dead_with_cause(kind)}) dead
+  GROUP BY reason, cause ORDER BY count(*) DESC, reason, cause"""
+    for kind in _DIALECT
+}
+_DEAD_MATCHING = """(CAST(:reason AS TEXT) IS NULL OR reason = :reason)
+    AND (CAST(:cause AS TEXT) IS NULL OR cause = :cause)
+    AND (CAST(:prefix AS TEXT) IS NULL OR substr(id, 1, length(:prefix)) = :prefix)
+    AND (CAST(:after AS BIGINT) IS NULL OR seq > :after)
+    AND (CAST(:before AS BIGINT) IS NULL OR seq < :before)"""
+_DEAD_IDS = {
+    (kind, order): f"""SELECT id FROM ({_dead_with_cause(kind)}) dead
+  WHERE {_DEAD_MATCHING} ORDER BY seq {order} LIMIT :limit"""
+    for kind in _DIALECT
+    for order in ("ASC", "DESC")
+}
+_COUNT_DEAD = {
+    kind: f"SELECT count(*) FROM ({_dead_with_cause(kind)}) dead WHERE {_DEAD_MATCHING}"
+    for kind in _DIALECT
+}
+_DEAD_BY_REASON = """SELECT reason, count(*) FROM jobs WHERE status = 'dead'
+  GROUP BY reason ORDER BY count(*) DESC, reason"""
+# Without a log every dead job's cause is NO_ATTEMPT: the same filters on the jobs alone.
+_NO_LOG = f"""(SELECT seq, id, reason, '{NO_ATTEMPT}' AS cause FROM jobs WHERE status = 'dead')"""
+_DEAD_IDS_NO_LOG = {
+    order: f"SELECT id FROM {_NO_LOG} dead WHERE {_DEAD_MATCHING} ORDER BY seq {order} LIMIT :limit"
+    for order in ("ASC", "DESC")
+}
+_COUNT_DEAD_NO_LOG = f"SELECT count(*) FROM {_NO_LOG} dead WHERE {_DEAD_MATCHING}"
+_SELECT_LAST_OF = f"""SELECT {", ".join(ATTEMPT_COLUMNS)} FROM {TABLE}
+  WHERE seq = (SELECT max(seq) FROM {TABLE} WHERE id = ?)"""
 _PG_HAS_TABLE = f"SELECT to_regclass(quote_ident(current_schema()) || '.{TABLE}') IS NOT NULL"
 
 
@@ -100,9 +198,10 @@ class Attempt:
 
 
 class AttemptSink(Protocol):
-    """Where ``courier.runner.run_courier`` puts each attempt (``AttemptLog`` is one)."""
+    """Where ``courier.runner.run_courier`` puts each round's attempts (``AttemptLog``
+    is one)."""
 
-    def record(self, attempt: Attempt) -> None: ...
+    def record_many(self, attempts: list[Attempt]) -> None: ...
 
 
 def sidecar_path(queue: Target) -> Path:
@@ -128,6 +227,7 @@ class AttemptLog:
             return self._con
         if backend.is_conninfo(self.queue):
             con = backend.connect_existing(self.queue)
+            con.execute(_PG_BEST_EFFORT)
             for statement in _PG_SCHEMA:
                 con.execute(statement)
         else:
@@ -136,26 +236,100 @@ class AttemptLog:
             con.execute("PRAGMA synchronous=NORMAL")
             for statement in _SQLITE_SCHEMA:
                 con.execute(statement)
+            con.execute(_ATTACH_QUEUE, (str(self.queue),))  # read for a claimed row's token
         self._con = con
         return con
 
-    def record(self, attempt: Attempt) -> None:
-        """Append one attempt (its own transaction)."""
-        cause = attempt.cause
-        row = (
-            attempt.id,
-            attempt.token,
-            attempt.owner,
-            attempt.at_ms,
-            attempt.outcome,
-            attempt.status,
-            None if cause is None else cause.kind,
-            None if cause is None else cause.http_status,
-            None if cause is None else cause.detail,
-        )
+    def claimed(self, job_id: str, owner: str) -> None:
+        """Write the claimed row of the delivery ``owner`` starts of ``job_id`` (rule 2)."""
+        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
+        params = {"id": job_id, "owner": owner, "now": clock_ms()}
         con = self._connection()
         try:
-            backend.qmark(con).execute(_INSERT, row)
+            backend.qmark(con).execute(_INSERT_CLAIMED[kind], params)
+        except Exception:
+            self.close()
+            raise
+
+    def claimed_many(self, job_ids: list[str], owner: str) -> None:
+        """Write the claimed rows of the deliveries ``owner`` starts of ``job_ids``, in
+        one transaction (a batch's claims are one commit; rule 2)."""
+        if not job_ids:
+            return
+        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
+        now = clock_ms()
+        params = [{"id": job_id, "owner": owner, "now": now} for job_id in job_ids]
+        con = self._connection()
+        try:
+            if kind == "postgres":
+                with con.transaction():
+                    backend.qmark(con).executemany(_INSERT_CLAIMED[kind], params)
+            else:
+                con.execute("BEGIN")
+                try:
+                    con.executemany(_INSERT_CLAIMED[kind], params)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.rollback()
+                    raise
+        except Exception:
+            self.close()
+            raise
+
+    def announcing_batches(
+        self, owner: str, log: Callable[[str], None]
+    ) -> Callable[[list[dict[str, Any]]], None]:
+        """For batched rounds (``courier.batch_rounds``), what ``announcing`` is to one
+        delivery: called with a batch's tickets before its deliveries start, it writes
+        their claimed rows at once; rows that cannot be written cost ``log`` a line,
+        never the deliveries."""
+
+        def announce(tickets: list[dict[str, Any]]) -> None:
+            try:
+                self.claimed_many([ticket["id"] for ticket in tickets], owner)
+            except Exception as error:
+                log(f"{owner}: could not record the claims ({type(error).__name__}: {error})")
+
+        return announce
+
+    def announcing(self, send: Send, owner: str, log: Callable[[str], None]) -> Send:
+        """``send``, which first writes the claimed row of each delivery; a row that
+        cannot be written costs ``log`` a line, never the delivery."""
+
+        def announced(event: dict[str, Any]) -> bool:
+            try:
+                self.claimed(event["id"], owner)
+            except Exception as error:
+                log(f"{owner}: could not record the claim ({type(error).__name__}: {error})")
+            return send(event)
+
+        announced.send = send  # type: ignore[attr-defined]  # for the cause of its answer
+        return announced
+
+    def record(self, attempt: Attempt) -> None:
+        """Append one attempt (its own transaction)."""
+        self.record_many([attempt])
+
+    def record_many(self, attempts: list[Attempt]) -> None:
+        """Append ``attempts`` in one transaction (a batch's are one commit)."""
+        rows = [_row(attempt) for attempt in attempts]
+        if not rows:
+            return
+        con = self._connection()
+        try:
+            if len(rows) == 1:
+                backend.qmark(con).execute(_INSERT, rows[0])
+            elif backend.is_conninfo(self.queue):
+                with con.transaction():
+                    backend.qmark(con).executemany(_INSERT, rows)
+            else:
+                con.execute("BEGIN")
+                try:
+                    con.executemany(_INSERT, rows)
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.rollback()
+                    raise
         except Exception:
             self.close()  # a lost connection is made again on the next record
             raise
@@ -164,6 +338,21 @@ class AttemptLog:
         if self._con is not None:
             self._con.close()
             self._con = None
+
+
+def _row(attempt: Attempt) -> tuple[Any, ...]:
+    cause = attempt.cause
+    return (
+        attempt.id,
+        attempt.token,
+        attempt.owner,
+        attempt.at_ms,
+        attempt.outcome,
+        attempt.status,
+        None if cause is None else cause.kind,
+        None if cause is None else cause.http_status,
+        None if cause is None else cause.detail,
+    )
 
 
 def _reader(queue: Target) -> Any | None:
@@ -204,5 +393,132 @@ def attempts_of(queue: Target, job_id: str) -> list[dict[str, Any]]:
 
 
 def last_attempts(queue: Target) -> dict[str, dict[str, Any]]:
-    """The latest recorded attempt of each job, by job id."""
+    """The latest row of each job's log, by job id: an outcome, or the claimed row of an
+    attempt that left none (``outcome`` ``claimed``)."""
     return {row["id"]: row for row in _read(queue, _SELECT_LAST, ())}
+
+
+def cause_text(attempt: dict[str, Any]) -> str:
+    """The cause of one recorded outcome in words: ``HTTP 409 {...}``, ``timeout: ...``."""
+    if attempt["kind"] == "answer":
+        return f"HTTP {attempt['http_status']} {attempt['detail'] or ''}".strip()
+    if attempt["kind"] is None:
+        return str(attempt["outcome"])
+    return f"{attempt['kind']}: {attempt['detail']}"
+
+
+def history(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's attempts, one each (rule 2): each claimed row paired with the outcome
+    row of the same token and owner, oldest first.
+
+    Each attempt has the outcome row's keys (``outcome`` and ``status`` ``None`` when
+    no outcome was recorded) and ``claimed_at_ms`` (``None`` for an outcome written
+    without its claimed row, by an older courier). ``words`` says it for a person.
+    """
+    attempts: list[dict[str, Any]] = []
+    open_claims: dict[tuple[Any, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["token"], row["owner"])
+        if row["outcome"] == CLAIMED:
+            attempt = {**row, "claimed_at_ms": row["at_ms"], "outcome": None, "status": None}
+            attempts.append(attempt)
+            open_claims[key] = attempt
+            continue
+        claim = open_claims.pop(key, None)
+        if claim is None:
+            attempts.append({**row, "claimed_at_ms": None})
+        else:
+            claim.update({**row, "claimed_at_ms": claim["claimed_at_ms"]})
+    return attempts
+
+
+def last_attempts_of(queue: Target, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The latest row of the log of each of ``job_ids`` that has one, by job id."""
+    con = _reader(queue) if job_ids else None
+    if con is None:
+        return {}
+    try:
+        found = {}
+        for job_id in job_ids:
+            row = backend.qmark(con).execute(_SELECT_LAST_OF, (job_id,)).fetchone()
+            if row is not None:
+                found[job_id] = dict(zip(ATTEMPT_COLUMNS, row, strict=True))
+    finally:
+        con.close()
+    return found
+
+
+def _joined(queue: Target) -> tuple[Any, str | None]:
+    """A reading connection to the queue, and the dialect of its log joined to it
+    (``None``: no log yet). On a file the sidecar is attached read-only as ``log``."""
+    con = backend.connect_existing(queue)
+    if backend.is_conninfo(queue):
+        (exists,) = con.execute(_PG_HAS_TABLE).fetchone()
+        return con, "postgres" if exists else None
+    path = sidecar_path(queue)
+    if not path.is_file():
+        return con, None
+    try:
+        con.execute(_ATTACH_LOG, (f"{path.resolve().as_uri()}?mode=ro",))
+        con.execute(f"SELECT 1 FROM log.{TABLE} LIMIT 1")
+    except sqlite3.Error:
+        return con, None
+    return con, "sqlite"
+
+
+_ATTACH_LOG = "ATTACH DATABASE ? AS log"
+
+
+def dead_causes(queue: Target) -> list[dict[str, Any]]:
+    """The dead jobs grouped by reason and cause (their last row in the log: ``HTTP 409``,
+    ``timeout``, ``connection: ConnectionRefusedError``, ``NO_OUTCOME``, ``NO_ATTEMPT``),
+    largest group first: ``{"reason", "cause", "jobs"}`` each."""
+    con, kind = _joined(queue)
+    try:
+        q = backend.qmark(con)
+        if kind is None:
+            rows = [(reason, NO_ATTEMPT, n) for reason, n in q.execute(_DEAD_BY_REASON).fetchall()]
+        else:
+            rows = q.execute(_DEAD_CAUSES[kind]).fetchall()
+    finally:
+        con.close()
+    return [{"reason": reason, "cause": cause, "jobs": int(n)} for reason, cause, n in rows]
+
+
+def dead_ids(
+    queue: Target,
+    reason: str | None = None,
+    cause: str | None = None,
+    prefix: str | None = None,
+    limit: int = 1000,
+    after: int | None = None,
+    before: int | None = None,
+) -> list[str]:
+    """The ids of the dead jobs of ``reason``, of ``cause`` (as ``dead_causes`` names it)
+    and starting with ``prefix`` (``None``: any), lowest seq first, at most ``limit``:
+    the first ones, or right after seq ``after``, or right before seq ``before``."""
+    params = {"reason": reason, "cause": cause, "prefix": prefix, "limit": limit}
+    params |= {"after": after, "before": before}
+    order = "ASC" if before is None else "DESC"
+    con, kind = _joined(queue)
+    try:
+        statement = _DEAD_IDS_NO_LOG[order] if kind is None else _DEAD_IDS[(kind, order)]
+        rows = backend.qmark(con).execute(statement, params).fetchall()
+    finally:
+        con.close()
+    ids = [str(job_id) for (job_id,) in rows]
+    return ids if before is None else ids[::-1]
+
+
+def count_dead(
+    queue: Target, reason: str | None = None, cause: str | None = None, prefix: str | None = None
+) -> int:
+    """How many dead jobs ``dead_ids`` would name without a limit."""
+    params = {"reason": reason, "cause": cause, "prefix": prefix, "after": None, "before": None}
+    con, kind = _joined(queue)
+    try:
+        statement = _COUNT_DEAD_NO_LOG if kind is None else _COUNT_DEAD[kind]
+        (count,) = backend.qmark(con).execute(statement, params).fetchone()
+    finally:
+        con.close()
+    return int(count)

@@ -12,12 +12,14 @@ rules this module keeps:
 2. Nothing here creates a queue unless asked (``open_queue``): ``connect_existing``
    refuses a missing file, a file that is not a queue, and a database whose
    current schema has no ``jobs`` and ``redrives`` tables, so a typo never becomes
-   an empty queue or a stray schema.
+   an empty queue or a stray schema. A queue file another process keeps locked
+   past the busy timeout is ``Busy``, never "not a queue": it is one, for later.
 3. A conninfo that cannot connect raises ``Unreachable``, whose message names the
    host, port, database and user and never the password (it is masked in libpq's
    message too). ``describe`` is the one way a target is shown to a user.
 4. ``pgworker`` and psycopg are imported only for a conninfo: a SQLite-only
-   installation (no ``postgres`` extra) runs every command on files.
+   installation (no ``postgres`` extra) runs every command on files, and a conninfo
+   there is ``MissingExtra``, whose message says what to install.
 5. The courier's own statements are written once, in SQLite's placeholders
    (``?`` and ``:name``); ``qmark(con)`` runs them on a psycopg connection by
    rewriting only the placeholders into psycopg's (``%s``, ``%(name)s``). The
@@ -42,12 +44,15 @@ import worker
 
 __all__ = [
     "LIBPQ_KEYWORDS",
+    "Busy",
     "Connection",
+    "MissingExtra",
     "QmarkConnection",
     "Target",
     "Unreachable",
     "connect_existing",
     "describe",
+    "is_busy",
     "is_conninfo",
     "open_existing",
     "open_queue",
@@ -85,7 +90,7 @@ CONNECT_TIMEOUT_S = 10
 _QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
 _PG_QUEUE_TABLES = """SELECT count(*) FROM unnest(ARRAY['jobs', 'redrives']) AS name
   WHERE to_regclass(quote_ident(current_schema()) || '.' || quote_ident(name)) IS NOT NULL"""
-_PG_WHERE = "SELECT current_schema(), current_database()"
+_PG_WHERE = "SELECT current_schema(), current_database(), current_setting('search_path')"
 # Milliseconds since the epoch on the server's clock (clock_timestamp: the time of
 # the call, not of the transaction's start).
 _PG_NOW_MS = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -103,6 +108,10 @@ class QmarkConnection:
     def execute(self, statement: str, params: Any = ()) -> Any:
         """``con.execute`` with ``?`` -> ``%s`` and ``:name`` -> ``%(name)s``."""
         return self.con.execute(_PLACEHOLDER.sub(_psycopg_placeholder, statement), params or None)
+
+    def executemany(self, statement: str, params: list[Any]) -> None:
+        """``cursor().executemany``, with the placeholders rewritten as ``execute`` does."""
+        self.con.cursor().executemany(_PLACEHOLDER.sub(_psycopg_placeholder, statement), params)
 
     def close(self) -> None:
         self.con.close()
@@ -123,6 +132,34 @@ class Unreachable(Exception):
     """The PostgreSQL server of a conninfo cannot be reached or refused the login."""
 
 
+class Busy(Exception):
+    """The queue file stayed locked by another process past the busy timeout."""
+
+
+class MissingExtra(Exception):
+    """A PostgreSQL queue was named where psycopg is not installed (the ``postgres`` extra)."""
+
+
+POSTGRES_EXTRA = "a PostgreSQL queue needs psycopg 3: pip install 'lease-queue[postgres]'"
+
+_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (the primary codes)
+
+
+def is_busy(error: sqlite3.Error) -> bool:
+    """True if ``error`` is SQLite's "database is locked/busy" (worth retrying later)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _SQLITE_BUSY_CODES
+    return "locked" in str(error) or "busy" in str(error)
+
+
+def _busy(path: Path, error: sqlite3.Error) -> Busy:
+    return Busy(
+        f"{str(path)!r} is busy: another process has held its lock for over a second "
+        f"({str(error).strip()}); try again, or find the long transaction"
+    )
+
+
 def is_conninfo(target: Target) -> bool:
     """True if ``target`` names a PostgreSQL database rather than a file (rule 1)."""
     if not isinstance(target, str):
@@ -134,8 +171,11 @@ def is_conninfo(target: Target) -> bool:
 
 
 def _conninfo_params(conninfo: str) -> dict[str, Any]:
-    from psycopg import ProgrammingError
-    from psycopg import conninfo as libpq
+    try:
+        from psycopg import ProgrammingError
+        from psycopg import conninfo as libpq
+    except ImportError as error:
+        raise MissingExtra(f"{POSTGRES_EXTRA} ({error})") from None
 
     try:
         return dict(libpq.conninfo_to_dict(conninfo))
@@ -164,9 +204,7 @@ def _pgworker() -> ModuleType:
     try:
         import pgworker
     except ImportError as error:
-        raise Unreachable(
-            f"a PostgreSQL queue needs psycopg 3: pip install 'lease-queue[postgres]' ({error})"
-        ) from None
+        raise MissingExtra(f"{POSTGRES_EXTRA} ({error})") from None
     return pgworker
 
 
@@ -176,32 +214,41 @@ def queue_module(target: Target) -> ModuleType:
 
 
 def _pg_connect(conninfo: str, create: bool) -> Connection:
-    """A queue connection (``pgworker``'s settings); ``Unreachable`` if none can be made."""
+    """A queue connection (``pgworker``'s settings, for ``create``; else a reading one);
+    ``Unreachable`` if none can be made, ``ValueError`` if there is no queue (or, for
+    ``create``, no schema to make it in)."""
+    pgworker = _pgworker()  # first: without psycopg, MissingExtra says what to install
     import psycopg
 
-    pgworker = _pgworker()
     timed = conninfo
     if "connect_timeout" not in _conninfo_params(conninfo):
         timed = psycopg.conninfo.make_conninfo(conninfo, connect_timeout=CONNECT_TIMEOUT_S)
     try:
-        if create:
-            return pgworker.open_queue(timed)
         con: Connection = psycopg.connect(timed, autocommit=True)
+        try:
+            con.execute("SET default_transaction_isolation = 'read committed'")
+            schema, database, search_path = con.execute(_PG_WHERE).fetchone()
+            if schema is None:
+                raise ValueError(
+                    f"{describe(conninfo)} has no schema to hold a queue: the search_path "
+                    f"({search_path}) names no schema that exists in database {database!r} "
+                    "(create the schema, or set search_path in the conninfo's options)"
+                )
+            if create:
+                con.close()
+                return pgworker.open_queue(timed)
+            (tables,) = con.execute(_PG_QUEUE_TABLES).fetchone()
+            if tables != 2:
+                raise ValueError(
+                    f"{describe(conninfo)} holds no queue in schema {schema!r} of database "
+                    f"{database!r} (no jobs/redrives tables; create one with 'init')"
+                )
+        except BaseException:
+            con.close()
+            raise
     except psycopg.OperationalError as error:
         reason = _masked(" ".join(str(error).split()), conninfo)
         raise Unreachable(f"cannot connect to {describe(conninfo)}: {reason}") from None
-    try:
-        con.execute("SET default_transaction_isolation = 'read committed'")
-        (tables,) = con.execute(_PG_QUEUE_TABLES).fetchone()
-        if tables != 2:
-            schema, database = con.execute(_PG_WHERE).fetchone()
-            raise ValueError(
-                f"{describe(conninfo)} holds no queue in schema {schema!r} of database "
-                f"{database!r} (no jobs/redrives tables; create one with 'init')"
-            )
-    except BaseException:
-        con.close()
-        raise
     return con
 
 
@@ -226,6 +273,8 @@ def _sqlite_existing(path: Target) -> sqlite3.Connection:
         try:
             (tables,) = con.execute(_QUEUE_TABLES, ("jobs", "redrives")).fetchone()
         except sqlite3.DatabaseError as error:
+            if is_busy(error):
+                raise _busy(file, error) from None
             raise ValueError(f"{str(file)!r} is not a queue file ({error})") from None
         if tables != 2:
             raise ValueError(f"{str(file)!r} is not a queue file (no jobs/redrives tables)")
@@ -244,7 +293,9 @@ def connect_existing(target: Target) -> Connection:
     Raises:
         FileNotFoundError: no file at the path. IsADirectoryError: a directory.
         ValueError: a file or database that holds no queue.
+        Busy: the file stayed locked past the busy timeout.
         Unreachable: the PostgreSQL server cannot be reached.
+        MissingExtra: a conninfo, and psycopg is not installed.
     """
     if is_conninfo(target):
         return _pg_connect(str(target), create=False)
@@ -257,7 +308,9 @@ def open_queue(target: Target) -> Connection:
     Raises:
         ValueError: a path whose folder is missing, a directory, or a file that is
             not a SQLite database (the message names the path).
+        Busy: the file stayed locked past the busy timeout.
         Unreachable: the PostgreSQL server cannot be reached.
+        MissingExtra: a conninfo, and psycopg is not installed.
     """
     if is_conninfo(target):
         return _pg_connect(str(target), create=True)
@@ -269,6 +322,8 @@ def open_queue(target: Target) -> Connection:
     try:
         return worker.open_queue(path)
     except sqlite3.DatabaseError as error:
+        if is_busy(error):
+            raise _busy(path, error) from None
         raise ValueError(f"{str(path)!r} is not a queue file ({error})") from None
 
 

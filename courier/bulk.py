@@ -2,9 +2,10 @@
 
 Every record is ``{"id": ID, "qty": QTY}``: a JSON object per line (blank lines
 skipped), or CSV with a header row naming the columns ``id`` and ``qty`` (other
-columns are refused). Every record is checked before anything is written, and a
-bad one is named by its line number, so a file either goes in whole (chunk by
-chunk) or not at all.
+columns are refused). Every record is checked before anything is written, so a
+file either goes in whole (chunk by chunk) or not at all; every bad line is named,
+by the file's name and its line number (the first ``SHOWN_BAD_LINES`` of them in
+full, then how many more), a line that is not UTF-8 text (a binary file) too.
 """
 
 from __future__ import annotations
@@ -18,9 +19,19 @@ from typing import Any
 
 import worker
 
-__all__ = ["FORMATS", "check_id", "check_int", "parse_records", "sniff_format"]
+__all__ = [
+    "FORMATS",
+    "SHOWN_BAD_LINES",
+    "BadRecords",
+    "check_id",
+    "check_int",
+    "decode_lines",
+    "parse_records",
+    "sniff_format",
+]
 
 FORMATS = ("jsonl", "csv")
+SHOWN_BAD_LINES = 5
 _DIGITS = re.compile(r"-?[0-9]+")
 
 
@@ -59,41 +70,113 @@ def sniff_format(name: str) -> str:
     return "csv" if name.lower().endswith(".csv") else "jsonl"
 
 
-def _jsonl(lines: Iterable[str]) -> list[dict[str, Any]]:
+class BadRecords(ValueError):
+    """Lines of a bulk file that are not records; the message names each (``problems``)."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "; ".join(problems[:SHOWN_BAD_LINES])
+        more = len(problems) - SHOWN_BAD_LINES
+        tail = f"; and {more} more bad line{'s' if more > 1 else ''}" if more > 0 else ""
+        count = "1 bad line" if len(problems) == 1 else f"{len(problems)} bad lines"
+        super().__init__(f"{source}: {count}, nothing enqueued: {shown}{tail}")
+
+
+def decode_lines(data: bytes) -> tuple[str, list[str]]:
+    """``data`` as text, and a problem for each line that is not UTF-8 (named by its
+    number and the first bad byte); such a line is replaced by an empty one."""
+    lines, problems = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            byte = raw[error.start]
+            problems.append(
+                f"line {number}: not UTF-8 text (byte 0x{byte:02x} at column {error.start + 1})"
+            )
+            lines.append("")
+    return "\n".join(lines), problems
+
+
+def _checked(where: str, fields: dict[str, Any], problems: list[str]) -> dict[str, Any] | None:
+    """``_record(where, fields)``, or ``None`` with its problem kept."""
+    try:
+        return _record(where, fields)
+    except ValueError as error:
+        problems.append(str(error))
+        return None
+
+
+def _jsonl(lines: Iterable[str], problems: list[str]) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        where = f"line {number}"
         try:
             value = json.loads(line)
         except ValueError as error:
-            raise ValueError(f"line {number}: not JSON ({error})") from None
+            problems.append(f"{where}: not JSON ({error})")
+            continue
         if type(value) is not dict:
-            raise ValueError(f"line {number}: expected a JSON object, got {line.strip()!r}")
-        records.append(_record(f"line {number}", value))
+            problems.append(f"{where}: expected a JSON object, got {line.strip()[:60]!r}")
+            continue
+        record = _checked(where, value, problems)
+        if record is not None:
+            records.append(record)
     return records
 
 
-def _csv(text: str) -> list[dict[str, Any]]:
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None:
+def _csv(text: str, problems: list[str]) -> list[dict[str, Any]]:
+    if "\0" in text:
+        number = text[: text.index("\0")].count("\n") + 1
+        problems.append(f"line {number}: a NUL byte (not a CSV text file)")
         return []
-    records = []
-    for row in reader:
-        if None in row or None in row.values():
-            raise ValueError(f"line {reader.line_num}: expected {len(reader.fieldnames)} fields")
-        records.append(_record(f"line {reader.line_num}", dict(row)))
+    reader = csv.DictReader(io.StringIO(text))
+    try:
+        if reader.fieldnames is None:
+            return []
+        records = []
+        for row in reader:
+            where = f"line {reader.line_num}"
+            if None in row or None in row.values():
+                problems.append(f"{where}: expected {len(reader.fieldnames)} fields")
+                continue
+            record = _checked(where, dict(row), problems)
+            if record is not None:
+                records.append(record)
+    except csv.Error as error:
+        problems.append(f"line {reader.line_num}: not CSV ({error})")
+        return []
     return records
 
 
-def parse_records(text: str, fmt: str) -> list[dict[str, Any]]:
-    """Every record of ``text`` in format ``fmt`` (``jsonl`` or ``csv``), checked.
+def parse_records(
+    text: str, fmt: str, source: str = "input", problems: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every record of ``text`` (read from ``source``, a file's name or ``stdin``) in
+    format ``fmt`` (``jsonl`` or ``csv``), checked.
+
+    ``problems`` are lines already found bad (``decode_lines``'s); every bad line is
+    reported together with them.
 
     Raises:
-        ValueError: an unknown format, or a record that is malformed (named by line).
+        ValueError: an unknown format.
+        BadRecords: any line is not a record (each one named by its number).
     """
+    found = list(problems or [])
     if fmt == "jsonl":
-        return _jsonl(text.splitlines())
-    if fmt == "csv":
-        return _csv(text)
-    raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        records = _jsonl(text.splitlines(), found)
+    elif fmt == "csv":
+        records = _csv(text, found)
+    else:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if found:
+        found.sort(key=_line_number)
+        raise BadRecords(source, found)
+    return records
+
+
+def _line_number(problem: str) -> int:
+    words = problem.split(":", 1)[0].split()
+    return int(words[1]) if len(words) == 2 and words[1].isdigit() else 0

@@ -20,6 +20,7 @@ per module.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sqlite3
 import sys
@@ -73,6 +74,7 @@ from courier.commands.services import (
     serve_options,
     web_options,
 )
+from courier.printable import printable
 
 # now_ms and when are courier.commands'; they are named here too, where callers found
 # them before the split.
@@ -98,9 +100,11 @@ A first session:
 
 EPILOG = """\
 exit status: 0 success, 1 the command failed (e.g. conflict, busy database,
-unreachable server), 2 bad input (bad argument, missing file), 130 interrupted.
-Run 'courier COMMAND --help' for the options of one command."""
+unreachable server, a missing extra), 2 bad input (bad argument, missing file),
+130 interrupted. Run 'courier COMMAND --help' for the options of one command."""
 
+
+DISTRIBUTION = "lease-queue"
 
 # --- The parser: one row per command -------------------------------------------------
 
@@ -233,6 +237,14 @@ COMMANDS = (
 _RAW_DESCRIPTIONS = frozenset({"demo"})
 
 
+def version() -> str:
+    """The installed distribution's version (``pyproject.toml``'s), or why there is none."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return f"unknown ({DISTRIBUTION} is not installed: pip install .)"
+
+
 def _prog() -> str:
     """``courier`` when run as the console script, else ``python -m courier``."""
     return "courier" if Path(sys.argv[0]).name == "courier" else "python -m courier"
@@ -245,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
@@ -264,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(code: int, message: str) -> int:
-    print(f"courier: error: {message}", file=sys.stderr, flush=True)
+    """One ``courier: error:`` line (a server's message may hold line breaks and
+    anything else: shown escaped, on one line)."""
+    print(f"courier: error: {printable(message, newlines=False)}", file=sys.stderr, flush=True)
     return code
 
 
@@ -285,11 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PIPE
     except worker.Conflict as error:
         return _fail(EXIT_ERROR, f"conflict: {error}")
-    except backend.Unreachable as error:
+    except (backend.Unreachable, backend.Busy, backend.MissingExtra) as error:
         return _fail(EXIT_ERROR, str(error))
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as error:
         return _fail(EXIT_USAGE, str(error))
     except sqlite3.Error as error:
+        if backend.is_busy(error):
+            return _fail(EXIT_ERROR, f"the queue is busy: {_database_error(error)}; try again")
         return _fail(EXIT_ERROR, _database_error(error))
     except OSError as error:
         return _fail(EXIT_ERROR, str(error))

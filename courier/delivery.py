@@ -3,11 +3,13 @@
 Rules this module keeps:
 
 1. ``HttpSend`` maps the receiver's answer onto the worker's outcomes: any 2xx is
-   ``True``; a timeout, a refused or broken connection, 408, 429 or 5xx raises
-   ``worker.Retryable`` (the effect may or may not have happened: the receiver
-   deduplicates the re-send); any other status (4xx, an unexpected 3xx) raises
-   ``worker.Permanent``. Each request has ``X-Courier: <owner>``, no proxy and no
-   redirects, and is bounded by its timeout.
+   ``True``; a timeout, a refused or broken connection, an answer that cannot be
+   read, 408, 429 or 5xx raises ``worker.Retryable`` (the effect may or may not
+   have happened: the receiver deduplicates the re-send); any other status (4xx,
+   an unexpected 3xx) raises ``worker.Permanent``. Each request has
+   ``X-Courier: <owner>``, no proxy and no redirects, and the whole of it
+   (connecting, writing, reading the answer) is bounded by its timeout
+   (``courier.wire``, which speaks HTTP/1.1 on the connection).
 2. Every answer has a ``Cause``: the HTTP status and the first ``EXCERPT_CHARS``
    of the body, a timeout, or a connection error. ``HttpSend.last_cause`` holds
    the last one, and the exception it raises carries it (``cause_of``); any other
@@ -15,12 +17,16 @@ Rules this module keeps:
 3. One connection is kept from one delivery to the next (HTTP/1.1 keep-alive) and
    dropped after any failure, an answer not read whole, or ``REUSE_IDLE_S`` idle: a
    new TCP connection per delivery costs more than the request itself.
+4. Deliveries in flight at once each need their own ``HttpSend`` (its connection and
+   its ``last_cause`` are one): ``HttpSends`` is ``count`` of them behind one
+   ``send``, each call on a free one, with ``last_cause`` kept per calling thread.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import queue
 import select
 import socket
 import threading
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import worker
+from courier.wire import MAX_BODY_BYTES, Connection
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",
@@ -38,6 +45,7 @@ __all__ = [
     "RETRYABLE_4XX",
     "Cause",
     "HttpSend",
+    "HttpSends",
     "Send",
     "cause_of",
     "classify_status",
@@ -47,7 +55,7 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_MS = 5000
-MAX_RESPONSE_BYTES = 65536
+MAX_RESPONSE_BYTES = MAX_BODY_BYTES
 EXCERPT_CHARS = 200
 REUSE_IDLE_S = 1.0  # well under the receiver's idle timeout (its read_timeout_s, 5 s)
 RETRYABLE_4XX = frozenset({408, 429})
@@ -143,19 +151,24 @@ class HttpSend:
         self.timeout_s = timeout_ms / 1000
         self._secure = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = port
-        self._target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
-        self._connection: http.client.HTTPConnection | None = None
+        self._port = port or (443 if self._secure else 80)
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        if port is not None and port != (443 if self._secure else 80):
+            host = f"{host}:{port}"
+        head = f"POST {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        self._head = f"{head}X-Courier: {owner}\r\nContent-Length: ".encode("ascii")
+        self._connection: Connection | None = None
         self._last_used = 0.0
         self._turn = threading.Lock()
 
     def __call__(self, event: dict[str, Any]) -> bool:
         body = json.dumps(event).encode("utf-8")
-        headers = {"Content-Type": "application/json", "X-Courier": self.owner}
+        request = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
         with self._turn:
             self.last_cause = None
             try:
-                status, answer = self._exchange(body, headers)
+                status, answer = self._exchange(request)
             except (OSError, http.client.HTTPException) as error:
                 cause = _failure_cause(error)
                 self.last_cause = cause
@@ -168,37 +181,35 @@ class HttpSend:
         except (worker.Retryable, worker.Permanent) as refusal:
             raise with_cause(refusal, self.last_cause) from None
 
-    def _exchange(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        """One request on the kept connection (a new one if it cannot be reused)."""
-        connection = self._reusable() or self._connect()
+    def _exchange(self, request: bytes) -> tuple[int, bytes]:
+        """One request on the kept connection (a new one if it cannot be reused), the
+        whole of it by the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        connection = self._reusable()
+        if connection is None:
+            connection = Connection.open(self._host, self._port, self._secure, deadline)
         self._connection = None  # kept again only once the answer was read whole
         try:
-            connection.request("POST", self._target, body=body, headers=headers)
-            response = connection.getresponse()
-            answer = response.read(MAX_RESPONSE_BYTES)
-            if response.will_close or not (response.isclosed() or response.read(1) == b""):
-                connection.close()
-            else:
-                self._connection, self._last_used = connection, time.monotonic()
-            return response.status, answer
+            status, answer = connection.exchange(request, deadline)
         except BaseException:
             connection.close()
             raise
+        if connection.reusable:
+            self._connection, self._last_used = connection, time.monotonic()
+        else:
+            connection.close()
+        return status, answer
 
-    def _reusable(self) -> http.client.HTTPConnection | None:
+    def _reusable(self) -> Connection | None:
         """The kept connection, if it may carry one more request; else it is closed."""
         connection, self._connection = self._connection, None
         if connection is None:
             return None
         fresh = time.monotonic() - self._last_used < REUSE_IDLE_S
-        if fresh and connection.sock is not None and not _readable(connection.sock):
+        if fresh and not _readable(connection.sock):
             return connection
         connection.close()
         return None
-
-    def _connect(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
-        return kind(self._host, self._port, timeout=self.timeout_s)
 
     def close(self) -> None:
         """Close the kept connection, if any (the next call opens a new one)."""
@@ -208,6 +219,52 @@ class HttpSend:
             connection.close()
 
     def __enter__(self) -> HttpSend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HttpSends:
+    """``count`` ``HttpSend`` behind one ``send`` that several threads may call at once.
+
+    Each call takes a free ``HttpSend`` (waiting for one if all are busy), so up to
+    ``count`` deliveries are in flight, each on a kept-alive connection of its own.
+    ``last_cause`` is the cause of the last call made by the calling thread (rule 4).
+    ``close()`` (or ``with``) closes every connection.
+    """
+
+    def __init__(
+        self, url: str, owner: str, timeout_ms: int = DEFAULT_TIMEOUT_MS, count: int = 1
+    ) -> None:
+        if type(count) is not int or not 1 <= count <= 1000:
+            raise ValueError(f"'count' must be an int in 1..1000, got {count!r}")
+        self.sends = [HttpSend(url, owner, timeout_ms) for _ in range(count)]
+        self._free: queue.SimpleQueue[HttpSend] = queue.SimpleQueue()
+        for send in self.sends:
+            self._free.put(send)
+        self._causes = threading.local()
+
+    @property
+    def last_cause(self) -> Cause | None:
+        """The cause of the calling thread's last call (``None`` before its first)."""
+        cause: Cause | None = getattr(self._causes, "cause", None)
+        return cause
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        send = self._free.get()
+        try:
+            return send(event)
+        finally:
+            self._causes.cause = send.last_cause
+            self._free.put(send)
+
+    def close(self) -> None:
+        """Close every kept connection."""
+        for send in self.sends:
+            send.close()
+
+    def __enter__(self) -> HttpSends:
         return self
 
     def __exit__(self, *exc: object) -> None:

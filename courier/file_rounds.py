@@ -28,16 +28,19 @@ import os
 import sqlite3
 import stat
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
 import worker
-from courier.backend import Target
+from courier.backend import Target, require_queue_file
 from courier.clock import clock_ms
 from courier.delivery import Send
 from courier.queueview import is_drained
 from courier.transient import is_busy
 
 __all__ = ["FileRounds"]
+
+T = TypeVar("T")
 
 
 class _Turn:
@@ -154,6 +157,31 @@ class FileRounds:
         finally:
             turn.give_back()
         return [] if result is None else [result]
+
+    def call(self, action: Callable[[ModuleType, sqlite3.Connection, int], T]) -> T:
+        """``action(worker, con, now_ms)``: one queue call on the kept connection, in
+        this courier's turn (rule 3), at the time read once the turn is taken, for
+        rounds of another kind (``courier.batch_rounds``); its result.
+
+        Raises:
+            FileNotFoundError: there is no queue file at the path.
+            Anything ``action`` raises; after anything but a busy file the
+            connection is made anew on the next use.
+        """
+        kept = self._kept()
+        if kept is None:
+            require_queue_file(self.path)  # raises, in its words
+            raise FileNotFoundError(f"no queue file at {str(self.path)!r}")  # replaced meanwhile
+        con, turn = kept
+        try:
+            turn.take()
+            return action(worker, con, clock_ms())
+        except BaseException as error:
+            if not (isinstance(error, sqlite3.Error) and is_busy(error)):
+                self.close()
+            raise
+        finally:
+            turn.give_back()
 
     def drained(self) -> bool:
         """True if no job is pending or leased (read on a connection of its own)."""

@@ -10,9 +10,15 @@ qty)`` in this file of its own (never the queue file). The rules it keeps:
    request log. The file is in WAL mode, so that commit is one sync of the log.
 2. The same id with the same qty is a ``duplicate`` (no second effect); the same id
    with another qty is a ``conflict`` and changes nothing but the request log.
-3. Every write (``deliver``, ``record_request``) goes through ``Inbox._write``: one
-   kept connection, whose writes take turns, one transaction each. Reads open a
-   short-lived connection each and see one consistent snapshot.
+3. Every write (``deliver``, ``record_request``) goes through ``Inbox._write``, on
+   one kept connection, and writes that come together commit together (group
+   commit): while one thread commits, the writes of other threads wait; the next
+   committer takes every waiting write into one ``BEGIN IMMEDIATE`` transaction,
+   each in a savepoint of its own and in arrival order, so a delivery sees the
+   ones before it (the same dedup by ``(id, qty)``), and one sync of the log
+   commits them all. No write returns before the commit that holds it, and a
+   write that failed alone is rolled back alone. Reads open a short-lived
+   connection each and see one consistent snapshot.
 4. The request log (``requests``) keeps every request the receiver routed, so the
    count survives restarts and is visible to other processes.
 5. The inbox tables go only into a new or empty file, or an inbox: a queue file (or
@@ -21,22 +27,27 @@ qty)`` in this file of its own (never the queue file). The rules it keeps:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from courier.clock import clock_ms
 from courier.delivery_request import RequestLine
 
-__all__ = ["INBOX_SCHEMA", "Inbox", "Verdict"]
+__all__ = ["GROUP_LIMIT", "INBOX_SCHEMA", "Inbox", "Verdict"]
 
 Verdict = Literal["applied", "duplicate", "conflict"]
 T = TypeVar("T")
+
+GROUP_LIMIT = 256  # writes at most in one group commit (the rest wait for the next)
 
 # --- SQL: every statement is named once --------------------------------------
 
@@ -69,6 +80,9 @@ _SUMMARY_ROWS = """SELECT i.id, i.qty, i.sender, i.received_at_ms,
 _SELECT_REQUESTS = """SELECT seq, method, path, status, delivery_id, sender, at_ms
   FROM requests ORDER BY seq"""
 _SELECT_EFFECTS = "SELECT id, qty FROM effects ORDER BY seq"
+_SAVEPOINT = "SAVEPOINT one_write"
+_RELEASE = "RELEASE one_write"
+_ROLLBACK_TO = "ROLLBACK TO one_write"
 
 
 # --- The inbox file -------------------------------------------------------------
@@ -96,6 +110,20 @@ def _create_tables(con: sqlite3.Connection) -> None:
         con.execute(sql)
 
 
+def _apply_one(con: sqlite3.Connection, write: _Write[Any]) -> None:
+    """One write of a group, in a savepoint of its own: an error rolls back its
+    changes alone, unless SQLite ended the whole transaction (then it is raised)."""
+    con.execute(_SAVEPOINT)
+    try:
+        write.result = write.body(con)
+    except Exception as error:
+        if not con.in_transaction:
+            raise
+        con.execute(_ROLLBACK_TO)
+        write.error = error
+    con.execute(_RELEASE)
+
+
 def _in_transaction(
     con: sqlite3.Connection, begin: str, body: Callable[[sqlite3.Connection], T]
 ) -> T:
@@ -111,13 +139,52 @@ def _in_transaction(
     return result
 
 
+@dataclass
+class _Write(Generic[T]):
+    """One write waiting for the commit that holds it: its body, then what came of it.
+
+    Its thread is woken (``wake``) when it is ``done`` or when it is to ``lead``
+    (commit the next group): each waiting thread is woken for itself alone, by a
+    lock of its own (a plain lock costs less than an ``Event`` at every delivery).
+    """
+
+    body: Callable[[sqlite3.Connection], T]
+    lead: bool = False
+    done: bool = False
+    result: T | None = None
+    error: BaseException | None = None
+    _asleep: Any = field(default_factory=threading.Lock)
+    _woken: bool = False
+
+    def __post_init__(self) -> None:
+        self._asleep.acquire()
+
+    def sleep(self, timeout: float = -1) -> bool:
+        """Wait until woken (at most ``timeout`` seconds; -1: no bound); True if woken."""
+        return bool(self._asleep.acquire(timeout=timeout))
+
+    def wake(self) -> None:
+        """Wake its thread (once: a second call changes nothing)."""
+        if not self._woken:
+            self._woken = True
+            self._asleep.release()
+
+    def outcome(self) -> T:
+        """The body's result once committed, or the error that kept it out."""
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]  # done: the body returned it
+
+
 class Inbox:
     """The receiver's SQLite inbox file: inbox rows, effects and the request log.
 
     Reads open a short-lived connection each; writes (``deliver``,
     ``record_request``) share one kept connection, opened at the first write and
     closed by ``close()`` (or ``with``). One ``Inbox`` may be used from many threads
-    (writes take turns) and the file may be read and written by other processes.
+    (writes that come together commit together, rule 3) and the file may be read
+    and written by other processes. ``commits`` counts the transactions this
+    ``Inbox`` committed for its writes, ``writes`` the writes they held.
     """
 
     def __init__(
@@ -134,7 +201,11 @@ class Inbox:
         self.busy_timeout_s = busy_timeout_s
         self._kept: sqlite3.Connection | None = None
         self._kept_by = 0  # the process that opened it: a forked child opens its own
-        self._turn = threading.Lock()
+        self._lock = threading.Lock()  # guards the two below, and each write's flags
+        self._waiting: list[_Write[Any]] = []  # in arrival order
+        self._committing = False  # a thread commits (or is woken to): the others wait
+        self.commits = 0
+        self.writes = 0
         if create:
             self._refuse_other_files()
             self._transaction("BEGIN IMMEDIATE", _create_tables, writes=True)
@@ -168,24 +239,102 @@ class Inbox:
             )
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction on the kept connection;
-        roll back on any error. Waiting for another thread's write counts against
-        ``busy_timeout_s`` like waiting for another process's lock.
+        """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction on the kept connection,
+        together with the other threads' writes that wait at the same time (rule 3),
+        and return its result once that transaction committed.
 
-        This is the inbox's one write path (rule 3): a change to how writes are
-        committed, such as several deliveries in one commit, is made here alone.
+        A body that raises is rolled back alone (its savepoint) and its error is
+        raised here; an error of the transaction itself (a busy file, a failed
+        commit) is raised to every write it held, none of which was applied.
+        Waiting for the other threads' commit counts against ``busy_timeout_s``
+        like waiting for another process's lock. This is the inbox's one write path:
+        a change to how writes are committed is made here alone.
         """
-        if not self._turn.acquire(timeout=self.busy_timeout_s):
-            raise sqlite3.OperationalError("database is locked (by this receiver's other writes)")
+        write: _Write[T] = _Write(body)
+        with self._lock:
+            self._waiting.append(write)
+            write.lead = not self._committing
+            self._committing = True
+        if not write.lead:
+            self._wait(write)
+        if not write.done:  # this thread commits, for everyone waiting
+            try:
+                while not write.done:
+                    self._commit_group()
+            finally:
+                self._hand_over()
+        return write.outcome()
+
+    def _wait(self, write: _Write[Any]) -> None:
+        """Wait until ``write`` is done or its thread is to lead, giving up with a busy
+        error after ``busy_timeout_s`` unless it was taken into a group by then (that
+        group's commit is bounded by SQLite's own busy timeout)."""
+        if write.sleep(self.busy_timeout_s):
+            return
+        with self._lock:
+            if write in self._waiting and not write.lead:
+                self._waiting.remove(write)
+                raise sqlite3.OperationalError(
+                    "database is locked (by this receiver's other writes)"
+                )
+        write.sleep()
+
+    def _hand_over(self) -> None:
+        """The committing thread is done: the oldest waiting write's thread commits next."""
+        with self._lock:
+            if not self._waiting:
+                self._committing = False
+                return
+            following = self._waiting[0]
+            following.lead = True
+        following.wake()
+
+    def _commit_group(self) -> None:
+        """Commit the waiting writes (at most ``GROUP_LIMIT``) in one transaction."""
+        group: list[_Write[Any]] = []
         try:
             con = self._writer()
-            try:
-                return _in_transaction(con, "BEGIN IMMEDIATE", body)
-            except sqlite3.Error:
-                self._drop_writer()  # it may be unusable; the next write opens another
+            con.execute("BEGIN IMMEDIATE")
+            group = self._take()  # once the lock is held: the latest comers too
+            for write in group:
+                _apply_one(con, write)
+            con.execute("COMMIT")
+        except BaseException as error:
+            group = group or self._take()  # those waiting would meet the same failure
+            self._abandon(error)
+            for write in group:
+                write.error, write.result = error, None
+            self._settle(group)
+            if not isinstance(error, Exception):
                 raise
-        finally:
-            self._turn.release()
+            return
+        self.commits += 1
+        self.writes += len(group)
+        self._settle(group)
+
+    def _take(self) -> list[_Write[Any]]:
+        """The waiting writes, oldest first, at most ``GROUP_LIMIT`` of them."""
+        with self._lock:
+            group = self._waiting[:GROUP_LIMIT]
+            del self._waiting[:GROUP_LIMIT]
+        return group
+
+    def _abandon(self, error: BaseException) -> None:
+        """After a failed transaction: roll back what is left of it, and drop the
+        connection if SQLite failed (it may be unusable; the next write opens another)."""
+        con = self._kept
+        if con is not None and self._kept_by == os.getpid() and con.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                con.rollback()
+        if isinstance(error, sqlite3.Error):
+            self._drop_writer()
+
+    @staticmethod
+    def _settle(group: list[_Write[Any]]) -> None:
+        """The writes of ``group`` are decided: wake their threads."""
+        for write in group:
+            write.done = True
+            write.wake()
 
     def _writer(self) -> sqlite3.Connection:
         if self._kept is None or self._kept_by != os.getpid():
@@ -199,9 +348,20 @@ class Inbox:
             con.close()
 
     def close(self) -> None:
-        """Close the kept write connection, if any (the next write opens another)."""
-        with self._turn:
-            self._drop_writer()
+        """Close the kept write connection, if any (the next write opens another),
+        once a commit under way has ended (waiting at most ``busy_timeout_s`` for it)."""
+        until = time.monotonic() + self.busy_timeout_s + 1
+        while True:
+            with self._lock:
+                if not self._committing or time.monotonic() >= until:
+                    self._drop_writer()
+                    return
+            time.sleep(0.005)
+
+    def waiting_writes(self) -> int:
+        """How many writes wait to be taken into a commit (for tests and benches)."""
+        with self._lock:
+            return len(self._waiting)
 
     def __enter__(self) -> Inbox:
         return self

@@ -10,7 +10,8 @@ is the courier's to wait out (``courier.transient``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
 from courier import backend
 from courier.delivery import Send
@@ -18,6 +19,8 @@ from courier.queueview import unfinished_count
 from courier.transient import is_transient
 
 __all__ = ["PgRounds"]
+
+T = TypeVar("T")
 
 
 class PgRounds:
@@ -60,6 +63,14 @@ class PgRounds:
             lambda con: pgworker.run_once(con, owner, self.now_ms, send, drawn, lease_ms)
         )
         return [] if result is None else [result]
+
+    def call(self, action: Callable[[ModuleType, Any, int], T]) -> T:
+        """``action(pgworker, con, now_ms)``: one queue call on the kept connection at the
+        server's clock, for rounds of another kind (``courier.batch_rounds``); its
+        result. A transient error drops the connection (the next use makes another)."""
+        pgworker = backend.queue_module(self.conninfo)
+        result: T = self._guarded(lambda con: action(pgworker, con, backend.server_clock_ms(con)))
+        return result
 
     def drained(self) -> bool:
         """True if no job is pending or leased (read on the kept connection)."""

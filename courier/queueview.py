@@ -18,10 +18,13 @@ from typing import Any
 from courier.backend import Connection, Target, connect_existing, qmark, require_queue_file
 
 __all__ = [
+    "DEAD_REASONS",
     "JOB_COLUMNS",
+    "REASONS",
     "REDRIVE_COLUMNS",
     "STATUSES",
     "connect_existing",
+    "count_jobs",
     "dead_jobs",
     "find_jobs",
     "is_drained",
@@ -42,6 +45,10 @@ __all__ = [
 ]
 
 STATUSES = ("pending", "leased", "done", "dead")
+# The reasons a row can hold: why a job is dead, and 'retry' on a job pending again after
+# a failed attempt (the model's mark_* effects; tests/unit/test_cli_words.py pins them).
+DEAD_REASONS = ("deadline", "exhausted", "permanent")
+REASONS = (*DEAD_REASONS, "retry")
 # The contract's jobs columns in order; model/job.py's ROW_FIELDS is a deliberate
 # restatement of them (the model imports nothing it checks).
 JOB_COLUMNS = (
@@ -88,13 +95,18 @@ _SELECT_LEASE = """SELECT id, qty, owner, token, attempts, lease_until FROM jobs
 _SELECT_REDRIVE = f"SELECT {', '.join(REDRIVE_COLUMNS)} FROM redrives WHERE seq = ?"
 _PG_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # jobs: every filter is optional (a NULL parameter matches every row; the CAST tells
-# PostgreSQL the parameter's type where it stands alone).
-_FIND_JOBS = f"""SELECT {", ".join(JOB_COLUMNS)} FROM jobs
-  WHERE (CAST(:status AS TEXT) IS NULL OR status = :status)
+# PostgreSQL the parameter's type where it stands alone). Pages go by seq (keyset):
+# after a seq, lowest first, or before one, highest first (turned back by find_jobs).
+_MATCHING = """(CAST(:status AS TEXT) IS NULL OR status = :status)
     AND (CAST(:reason AS TEXT) IS NULL OR reason = :reason)
     AND (CAST(:owner AS TEXT) IS NULL OR owner = :owner)
-    AND (CAST(:prefix AS TEXT) IS NULL OR substr(id, 1, length(:prefix)) = :prefix)
+    AND (CAST(:prefix AS TEXT) IS NULL OR substr(id, 1, length(:prefix)) = :prefix)"""
+_FIND_JOBS = f"""SELECT {", ".join(JOB_COLUMNS)} FROM jobs
+  WHERE {_MATCHING} AND (CAST(:after AS BIGINT) IS NULL OR seq > :after)
   ORDER BY seq LIMIT :limit"""
+_FIND_JOBS_BEFORE = f"""SELECT {", ".join(JOB_COLUMNS)} FROM jobs
+  WHERE {_MATCHING} AND seq < :before ORDER BY seq DESC LIMIT :limit"""
+_COUNT_JOBS = f"SELECT count(*) FROM jobs WHERE {_MATCHING}"
 _SELECT_JOB = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?"
 _FIND_REDRIVES = f"""SELECT {", ".join(REDRIVE_COLUMNS)} FROM redrives
   WHERE (CAST(:id AS TEXT) IS NULL OR id = :id) ORDER BY seq LIMIT :limit"""
@@ -248,10 +260,31 @@ def find_jobs(
     owner: str | None = None,
     prefix: str | None = None,
     limit: int = 100,
+    after: int | None = None,
+    before: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The jobs matching every filter given (``None``: any), lowest seq first, at most ``limit``."""
+    """The jobs matching every filter given (``None``: any), lowest seq first, at most
+    ``limit``: the first ones, or those right after seq ``after``, or right before seq
+    ``before`` (a page back)."""
     params = {"status": status, "reason": reason, "owner": owner, "prefix": prefix}
-    return [_job(row) for row in _rows(con, _FIND_JOBS, {**params, "limit": limit})]
+    if before is not None:
+        rows = _rows(con, _FIND_JOBS_BEFORE, {**params, "before": before, "limit": limit})
+        return [_job(row) for row in reversed(rows)]
+    found = _rows(con, _FIND_JOBS, {**params, "after": after, "limit": limit})
+    return [_job(row) for row in found]
+
+
+def count_jobs(
+    con: Connection,
+    status: str | None = None,
+    reason: str | None = None,
+    owner: str | None = None,
+    prefix: str | None = None,
+) -> int:
+    """How many jobs match every filter given (``None``: any)."""
+    params = {"status": status, "reason": reason, "owner": owner, "prefix": prefix}
+    row = _one(con, _COUNT_JOBS, params)
+    return int(row[0]) if row else 0
 
 
 def job(con: Connection, job_id: str) -> dict[str, Any] | None:

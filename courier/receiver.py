@@ -17,7 +17,8 @@ rules the server keeps:
 3. Every request is counted in the inbox's request log, except reads of the inbox
    itself (``GET /`` and ``GET /inbox``), which return ``Inbox.summary()`` as
    JSON. Requests the stdlib rejects before routing (an unparsable request line)
-   are not counted.
+   are not counted, and get a JSON body too; a method the routes do not know
+   (``TRACE``, ``FOO``) is routed like any other: a JSON 405.
 4. The server binds ``127.0.0.1`` on an OS-assigned port by default and handles
    each connection on its own thread. A connection carries request after request
    (HTTP/1.1 keep-alive) while each request is well formed and read whole; after
@@ -85,6 +86,9 @@ class _Server(ThreadingHTTPServer):
     # socket reads by read_timeout_s, an interference by its own bound.
     daemon_threads = False
     block_on_close = True
+    # The stdlib's backlog of 5 drops the connections beyond it when a batched courier
+    # opens its --in-flight ones at once; each then waits a second for the SYN again.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], settings: _Settings) -> None:
         self.settings = settings
@@ -127,6 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "courier-receiver/1"
     protocol_version = "HTTP/1.1"  # keep-alive: one connection, request after request
     disable_nagle_algorithm = True  # headers and body leave at once, not 40 ms apart
+    # Buffered: an answer's head and body leave in one write, when the stdlib flushes
+    # after each request (one send, not two, at every delivery).
+    wbufsize = 64 * 1024
 
     @property
     def _receiver(self) -> _Settings:
@@ -151,8 +158,24 @@ class _Handler(BaseHTTPRequestHandler):
             problem = Problem(HTTPStatus.SERVICE_UNAVAILABLE, "unavailable", f"inbox: {error}")
             self._reply_problem(problem, request)
 
-    # Every method goes through one router: the route says which method it accepts.
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
+    # Every method goes through one router: the route says which method it accepts. The
+    # stdlib looks for do_<METHOD> and answers one it does not find with its own HTML 501;
+    # here every method has one (TRACE, FOO: a JSON 405 like PUT's).
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("do_"):
+            return self._dispatch
+        raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's own refusals before routing (a bad request line, headers too long,
+        an unsupported version): the same JSON body as every other refusal, then close."""
+        status = HTTPStatus(code)
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # the line did not parse: answer as HTTP/1.0
+            self.request_version = "HTTP/1.0"
+        body = {"error": "bad_request_line", "detail": message or status.phrase}
+        self._reply(status, body, {"Connection": "close"})
+        self._log(f"{int(status)} bad_request_line ({message or status.phrase})")
 
     def _handle(self, request: RequestLine) -> None:
         if request.path in SUMMARY_PATHS and request.method == "GET":

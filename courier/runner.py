@@ -25,6 +25,8 @@ Rules this module keeps:
    (class and message), before that exception propagates.
 6. A stop event (``courier.stop_signal``) ends the loop between rounds, and cuts
    every pause short.
+7. A round's attempts go to the sink together (``record_many``), at one reading of
+   the queue's clock: a batched round (``courier.batch_rounds``) is many attempts.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ __all__ = [
     "IDLE_BASE_MS",
     "IDLE_CAP_MS",
     "CourierReport",
+    "PartlyDone",
     "Rounds",
     "rounds_for",
     "run_courier",
@@ -72,8 +75,9 @@ class Rounds(Protocol):
     drawn for each delivery, and returns the ``run_once``-shaped result of each
     (``{"id", "token", "status"}``), or ``[]`` if nothing was claimable. A busy or
     unreachable queue (``courier.transient``) is raised, for the loop to wait out;
-    anything else raised ends the courier. The loop calls one ``Rounds`` from one
-    thread, and the one who made it closes it.
+    anything else raised ends the courier. A round that fails after it finished
+    some of its jobs raises ``PartlyDone`` with their results. The loop calls one
+    ``Rounds`` from one thread, and the one who made it closes it.
     """
 
     def now_ms(self) -> int:
@@ -93,6 +97,16 @@ class Rounds(Protocol):
     def close(self) -> None:
         """Release what the rounds keep (a connection, a descriptor)."""
         ...
+
+
+class PartlyDone(Exception):
+    """A round failed with ``error`` after it had finished the jobs of ``results``
+    (``run_once``-shaped): the loop keeps those, then treats ``error`` as the round's."""
+
+    def __init__(self, error: Exception, results: list[dict[str, Any]]) -> None:
+        super().__init__(f"{error} (after {len(results)} jobs were finished)")
+        self.error = error
+        self.results = results
 
 
 def rounds_for(target: Target) -> FileRounds | PgRounds:
@@ -280,22 +294,36 @@ class _Courier:
         self.send.new_round()
         try:
             results = self.rounds.round(self.owner, self.send, self.rng, self.lease_ms)
-        except Exception as error:
+        except Exception as raised:
+            error, finished = (
+                (raised.error, raised.results) if isinstance(raised, PartlyDone) else (raised, [])
+            )
+            self._keep(report, finished)
             if not is_transient(error):
-                for failed in self.send.calls:
-                    if failed.cause is not None:
-                        self._record(failed, None)
-                raise
+                settled = {result["id"] for result in finished}
+                failed = [
+                    c
+                    for c in self.send.calls
+                    if c.cause is not None and c.event.get("id") not in settled
+                ]
+                self._record([(call, None) for call in failed])
+                if error is raised:
+                    raise
+                raise error from raised
             report.busy += 1
             what = "busy" if isinstance(error, sqlite3.Error) else "unreachable"
             self.log(f"{self.owner}: queue {what} ({str(error).strip()}); backing off")
             return None
-        for result in results:
-            call = self.send.call_of(result["id"])
-            report.results.append(result)
-            self._record(call, result)
-            self.log(_result_line(self.owner, result, None if call is None else call.cause))
+        self._keep(report, results)
         return results
+
+    def _keep(self, report: CourierReport, results: list[dict[str, Any]]) -> None:
+        """Keep, record and log the results of a round."""
+        calls = [self.send.call_of(result["id"]) for result in results]
+        report.results.extend(results)
+        self._record(list(zip(calls, results, strict=True)))
+        for call, result in zip(calls, results, strict=True):
+            self.log(_result_line(self.owner, result, None if call is None else call.cause))
 
     def _drained(self) -> bool:
         """True if no job is pending or leased; a busy or unreachable queue is not
@@ -307,26 +335,35 @@ class _Courier:
                 raise
             return False
 
-    def _record(self, call: _Call | None, result: dict[str, Any] | None) -> None:
-        """Hand one attempt to the sink; a failing sink costs a line, never the courier."""
-        if self.attempts is None or call is None:
+    def _record(self, attempts: list[tuple[_Call | None, dict[str, Any] | None]]) -> None:
+        """Hand a round's attempts (each a call and its result, ``None`` if ``send``
+        raised) to the sink at once; a failing sink costs a line, never the courier."""
+        if self.attempts is None or not any(call is not None for call, _ in attempts):
             return
-        event, cause = call.event, call.cause
         try:
-            if result is not None:
-                outcome = outcome_of(cause, result["status"])
-                token, status = result["token"], result["status"]
-            else:  # send raised something unexpected: the job stays leased
-                ticket = leased_ticket(self.target, event["id"], self.owner)
-                outcome, status = "error", "leased"
-                token = None if ticket is None else ticket["token"]
             at_ms = self.rounds.now_ms()
-            attempt = Attempt(event["id"], token, self.owner, at_ms, outcome, status, cause)
-            self.attempts.record(attempt)
+            self.attempts.record_many(
+                [
+                    self._attempt(call, result, at_ms)
+                    for call, result in attempts
+                    if call is not None
+                ]
+            )
         except Exception as error:
             self.log(
                 f"{self.owner}: could not record the attempt ({type(error).__name__}: {error})"
             )
+
+    def _attempt(self, call: _Call, result: dict[str, Any] | None, at_ms: int) -> Attempt:
+        event, cause = call.event, call.cause
+        if result is not None:
+            outcome = outcome_of(cause, result["status"])
+            token, status = result["token"], result["status"]
+        else:  # send raised something unexpected: the job stays leased
+            ticket = leased_ticket(self.target, event["id"], self.owner)
+            outcome, status = "error", "leased"
+            token = None if ticket is None else ticket["token"]
+        return Attempt(event["id"], token, self.owner, at_ms, outcome, status, cause)
 
 
 def _result_line(owner: str, result: dict[str, Any], cause: Cause | None) -> str:

@@ -13,18 +13,9 @@ import sqlite3
 import sys
 
 from courier import backend
+from courier.backend import is_busy
 
 __all__ = ["is_busy", "is_transient"]
-
-_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (the primary codes)
-
-
-def is_busy(error: sqlite3.Error) -> bool:
-    """True if ``error`` is SQLite's "database is locked/busy" (worth retrying later)."""
-    code = getattr(error, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in _SQLITE_BUSY_CODES
-    return "locked" in str(error) or "busy" in str(error)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -32,7 +23,7 @@ def is_transient(error: BaseException) -> bool:
     server it lost or cannot reach for now (a restart, a failover)."""
     if isinstance(error, sqlite3.OperationalError):
         return is_busy(error)
-    if isinstance(error, backend.Unreachable):
+    if isinstance(error, backend.Unreachable | backend.Busy):
         return True
     psycopg = sys.modules.get("psycopg")
     return psycopg is not None and isinstance(error, psycopg.OperationalError)

@@ -29,6 +29,8 @@ from transitions.extensions import GraphMachine
 from model.explore import BOUND_HELP, RECORD_PATH, load_record
 from model.job import FIRES, GUARDS, Job, machine_config
 from model.lifecycle import CLAIM_ORDERS, EFFECTS, OPERATION_STEPS, TRANSITIONS
+from model.properties import AFTER_COMMIT, BEFORE_COMMIT
+from model.timeline import render as timeline
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "state-machine.md"
 
@@ -100,6 +102,74 @@ runs: `make explore EXPLORE="--depth 9"` takes the same bounds two steps deeper,
 state with no depth bound at all (one budget, one lease and one ttl that still let a lease end
 before its deadline and be cut short by it, and a clock that moves only onto boundaries).
 """
+
+
+WORKED = """\
+One job, two couriers, a crash, a stale finish, a quarantine and a redrive, with every time
+in milliseconds. Each step below is a call of [`QueueModel`](../model/queue.py), run by
+[`model/timeline.py`](../model/timeline.py) when this page is rendered: what it returned,
+which row of the table above fired, the job's row before and after it (what changed in
+bold), and what [`model.explain`](../model/explain.py) says of the job afterwards, the same
+sentence `courier show` prints.
+"""
+
+EXPLAINED = """\
+[`model/explain.py`](../model/explain.py) reads one job's row at a given time with the
+tables and guards above, and the standard library alone (no machine is built, so the courier
+runs it; `transitions` is needed only for the machine, the tests and this diagram). For each
+row from the job's state it names who can fire it (any courier's claim, the lease holder's
+finish, an operator's redrive), the guards that stand in its way in time order with the
+moment each stops failing, and the earliest time at which it can fire; then what the next
+claim does: at the earliest moment at which some claim row can fire, the first in decision
+order wins. Between two of the row's times (`available_at`, `deadline`, `lease_until`) no
+guard changes its answer, so those moments are the only ones it needs to look at.
+`courier show` and the web page print it; the invariant `every_job_is_explained` below holds
+it against the machine in every state the explorer visits, and a lockstep machine against
+`worker.py` and `pgworker.py`: a claim 1 ms before the predicted time leaves the job as it
+is, a claim at it does what was predicted.
+"""
+
+THREE_ANSWERS = [
+    (
+        "Enqueue of an id that exists",
+        "No transition fires. The same qty is an intake retry: `False`, and the whole existing"
+        " row is kept, whatever its state (a done or dead job stays so; only `redrive` sends a"
+        " dead job again). Another qty raises `Conflict` and changes nothing. In a batch the"
+        " `Conflict` is returned in that event's place and the other events still apply.",
+        "`QueueModel.enqueue`, `_admit`, `enqueue_many`",
+    ),
+    (
+        "What `run_once` does when something fails",
+        "Nothing claimable: `None`, `send` is not called. `send` raises `Retryable`: finish"
+        " `retry` with `retry_delay(attempt, 100, 1000, jitter)`; `Permanent`: finish"
+        " `permanent`. `send` returns anything but `True`: `BadAck`, and anything else it"
+        " raises propagates; in both cases the clock is not read again and the job stays"
+        " leased until its lease ends. A second clock reading that is malformed or earlier"
+        " than the first is a `ValueError`, the claim kept. A finish that returns `False`"
+        " (the lease ended meanwhile) is the status `stale`.",
+        "`QueueModel.run_once`, `_deliver`",
+    ),
+    (
+        "Where the fault hooks are called",
+        f"Before the commit point: {', '.join(f'`{p}`' for p in BEFORE_COMMIT)}, each only on"
+        " the path that made its change (claim: `after-claim`; finish: `after-finish`;"
+        " redrive: `after-audit`, then `after-redrive`; enqueue: none); a hook that raises"
+        f" there undoes the whole write. Then `{AFTER_COMMIT}`, only if the write changed"
+        " something; an error there keeps the write. A claim that returns `None` or a finish"
+        " that returns `False` calls none; a batch calls each once for the whole batch.",
+        "`_Hooks`, `_write_transaction`",
+    ),
+]
+"""Three questions the tables do not answer, answered from the model's code."""
+
+
+def three_answers_table() -> list[str]:
+    """``THREE_ANSWERS`` as a table."""
+    return [
+        "| question | answer | where in [`model/queue.py`](../model/queue.py) |",
+        "|---|---|---|",
+        *(f"| {question} | {answer} | {where} |" for question, answer, where in THREE_ANSWERS),
+    ]
 
 
 def mermaid() -> str:
@@ -272,7 +342,14 @@ def render(record_path: Path = RECORD_PATH) -> str:
         "`enqueue` adds a `pending` job and fires nothing; `run_once` is a `claim`, a delivery"
         " outside any transaction and a `finish` at a second clock reading.\n",
         *operations_table(),
-        "\n## Claim order, per backend\n",
+        "\n## Three answers the tables do not give\n",
+        *three_answers_table(),
+        "\n## A job's life, in numbers\n",
+        WORKED,
+        *timeline(),
+        "## Why a job waits, and what happens next\n",
+        EXPLAINED,
+        "## Claim order, per backend\n",
         "The one place where the backends differ, kept as data"
         " (`model.lifecycle.CLAIM_ORDERS`, `QueueModel(claim_order=...)`). Every other"
         " promise is the same on both: at most one live ticket per job, fencing on finish,"

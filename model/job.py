@@ -19,11 +19,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
-
-from transitions import Machine
+from typing import TYPE_CHECKING, Any, cast
 
 from model.lifecycle import EFFECTS, INITIAL, STATES, TRANSITIONS
+
+if TYPE_CHECKING:
+    from transitions import Machine
 
 JobRow = tuple[int, str, int, str, int, int, int, int, int, str | None, int | None, str | None]
 """A row of the ``jobs`` table: seq, id, qty, status, attempts, max_attempts, token,
@@ -46,6 +47,11 @@ ROW_FIELDS = (
     "lease_until",
     "reason",
 )
+
+BOUNDARIES = ("available_at", "deadline", "lease_until")
+"""The row's times. Every guard compares the call's ``now_ms`` with one of them (or
+reads no time at all), so between two of them no guard changes its answer; the
+explorer moves its clock onto them and ``model.explain`` looks ahead to them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +244,22 @@ def machine_config() -> dict[str, Any]:
 
 
 def new_machine() -> Machine:
-    """One lifecycle machine for all the jobs of a queue (add each with ``add_model``)."""
+    """One lifecycle machine for all the jobs of a queue (add each with ``add_model``).
+
+    ``transitions`` is imported here, not with the module: the tables, the guards and
+    the effects (what ``model.explain`` and the courier read) need only the standard
+    library; the machine (``QueueModel``, the tests, the diagram) needs the ``test``
+    extra.
+
+    Raises:
+        ImportError: ``transitions`` is not installed (the message says what to install).
+    """
+    try:
+        from transitions import Machine
+    except ImportError as error:
+        raise ImportError(
+            f"the lifecycle machine needs transitions: pip install 'lease-queue[test]' ({error})"
+        ) from None
     return Machine(model=None, **machine_config())
 
 

@@ -18,13 +18,16 @@ are made from ``model.lifecycle.TRANSITIONS``, one per row.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from model.job import FIRES
+from model.explain import after_firing, explain
+from model.job import FIRES, JobRow
 from model.lifecycle import TRANSITIONS
+from model.rules import MAX_BATCH
 
 if TYPE_CHECKING:
     from model.explore import Edge, Snapshot
@@ -141,6 +144,54 @@ def no_audit_row_is_above_its_job(world: Snapshot) -> bool:
     """No audit row's token is above its job's token (and every audit row has its job)."""
     jobs = world.jobs
     return all(row.id in jobs and row.token <= jobs[row.id].token for row in world.audit)
+
+
+@always
+def every_job_is_explained(world: Snapshot) -> bool:
+    """Every job is explained: a claim at the predicted time does as predicted, 1 ms before nothing
+
+    ``model.explain`` predicts from the row and the clock alone; the prediction is held
+    against the machine: ``claim_many`` (every claimable job, after the quarantine) on
+    the job alone 1 ms before the predicted time changes nothing, and at that time
+    makes the row ``after_firing`` predicts. A done or dead job is never moved by a
+    claim, however late.
+    """
+    return all(_prediction_holds(_relative(row, world.now)) for row in world.rows["jobs"])
+
+
+EXPLAINED_AT = 1000
+"""The clock ``every_job_is_explained`` judges a job at, its times moved alike (a
+prediction depends on the times relative to the clock only)."""
+
+
+def _relative(row: tuple[object, ...], now: int) -> JobRow:
+    def moved(t: object) -> object:
+        return None if t is None else int(t) - now + EXPLAINED_AT  # type: ignore[call-overload]
+
+    return (*row[:7], moved(row[7]), moved(row[8]), row[9], moved(row[10]), row[11])  # type: ignore[return-value]
+
+
+@functools.cache
+def _prediction_holds(row: JobRow) -> bool:
+    """``every_job_is_explained`` for one job at ``EXPLAINED_AT`` (cached: the explorer's
+    states share few situations of one job)."""
+    from model.queue import QueueModel  # the machine; model.explain runs without it
+
+    now = EXPLAINED_AT
+    following = explain(row, now).next
+
+    def claimed_at(t: int) -> JobRow:
+        queue = QueueModel.from_rows({"jobs": [row], "redrives": []})
+        queue.claim_many("explainer", t, MAX_BATCH, lease_ms=1000)
+        after: JobRow = queue.rows()["jobs"][0]
+        return after
+
+    if following is None:
+        return claimed_at(now) == row and claimed_at(now + 10**6) == row
+    if following.at_ms > now and claimed_at(following.at_ms - 1) != row:
+        return False
+    expected = after_firing(row, following.trigger, following.at_ms, "explainer", 1000)
+    return claimed_at(following.at_ms) == expected
 
 
 # --- always: on every step -----------------------------------------------------------

@@ -2,7 +2,8 @@
 ``dead`` (the quarantined ones with their last cause) and ``redrives`` (the audit).
 
 They only read: each runs its reads on a connection of its own, and ``show`` reads
-the job and its audit rows in one snapshot.
+the job, its audit rows and the queue's clock in one snapshot, then explains the
+job with the model (``model.explain``: why it is where it is, what happens next).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import argparse
 from typing import Any
 
 from courier import backend, bulk, queueview
-from courier.attempts import attempts_of, last_attempts
-from courier.commands.connection import with_queue
-from courier.commands.options import int_at_least, json_option, option, queue_arg
-from courier.commands.output import EXIT_OK, out, print_json, when
+from courier.attempts import attempts_of, cause_text, history, last_attempts
+from courier.commands.connection import now_ms, with_queue
+from courier.commands.options import int_at_least, json_option, known_value, option, queue_arg
+from courier.commands.output import EXIT_OK, compact_when, out, print_json, relative_when, when
+from model.explain import explain, headline, lines
 
 __all__ = [
     "cmd_dead",
@@ -31,7 +33,8 @@ def jobs_options(jobs: argparse.ArgumentParser) -> None:
     """``jobs QUEUE`` and its filters."""
     queue_arg(jobs)
     option(jobs, "--status", "S", str, f"only this status ({', '.join(queueview.STATUSES)})")
-    option(jobs, "--reason", "R", str, "only dead jobs with this reason")
+    reasons = f"only jobs with this reason ({', '.join(queueview.REASONS)}; retry: pending again)"
+    option(jobs, "--reason", "R", str, reasons)
     option(jobs, "--owner", "NAME", str, "only jobs leased to this courier")
     option(jobs, "--prefix", "P", str, "only ids starting with P")
     option(jobs, "--limit", "N", int_at_least(1), "at most N rows (default %(default)s)", 100)
@@ -63,8 +66,8 @@ def _job_line(job: dict[str, Any]) -> str:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     """List the jobs that pass the filters, up to ``--limit``."""
-    if args.status is not None and args.status not in queueview.STATUSES:
-        raise ValueError(f"--status must be one of {', '.join(queueview.STATUSES)}")
+    known_value("--status", args.status, queueview.STATUSES)
+    known_value("--reason", args.reason, queueview.REASONS)
     jobs: list[dict[str, Any]] = with_queue(
         args.queue,
         lambda con: queueview.find_jobs(
@@ -84,16 +87,29 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _cause_text(attempt: dict[str, Any] | None) -> str:
+    """The last row of a job's attempt log in words, with who and which token."""
     if attempt is None:
         return "no attempt recorded"
-    if attempt["kind"] == "answer":
-        cause = f"HTTP {attempt['http_status']}"
-        cause += f" {attempt['detail']}" if attempt["detail"] else ""
-    elif attempt["kind"] is None:
-        cause = attempt["outcome"]
-    else:
-        cause = f"{attempt['kind']}: {attempt['detail']}"
-    return f"{cause} (by {attempt['owner']}, token {attempt['token']})"
+    if attempt["outcome"] == "claimed":
+        return (
+            f"claimed by {attempt['owner']} at {when(attempt['at_ms'])}, no outcome recorded "
+            f"(token {attempt['token']})"
+        )
+    return f"{cause_text(attempt)} (by {attempt['owner']}, token {attempt['token']})"
+
+
+def attempt_words(attempt: dict[str, Any]) -> str:
+    """One attempt of ``courier.attempts.history`` in words (``show``, the web page)."""
+    claimed = attempt["claimed_at_ms"]
+    token, owner = attempt["token"], attempt["owner"]
+    start = f"token {token if token is not None else '?'}  {owner}"
+    if attempt["outcome"] is None:
+        return f"{start}  claimed by {owner} at {when(claimed)}, no outcome recorded"
+    took = "" if claimed is None else f"claimed at {when(claimed)}, "
+    return (
+        f"{start}  {took}{attempt['outcome']} at {when(attempt['at_ms'])} -> "
+        f"{attempt['status']} ({cause_text(attempt)})"
+    )
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
@@ -125,31 +141,42 @@ def cmd_dead(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show one job's row, its attempt history and its redrive audit rows."""
+    """Show one job's row, the model's explanation of it, its attempts and its audit rows."""
     job_id = bulk.check_id("job id", args.id)
 
-    def read(con: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def read(con: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any]], int]:
         with queueview.snapshot(con):
-            return queueview.job(con, job_id), queueview.redrives(con, job_id)
+            now = now_ms(con, args.queue)
+            return queueview.job(con, job_id), queueview.redrives(con, job_id), now
 
-    job, audit = with_queue(args.queue, read)
+    job, audit, now = with_queue(args.queue, read)
     if job is None:
         raise ValueError(f"no job {job_id!r} in {backend.describe(args.queue)}")
-    history = attempts_of(args.queue, job_id)
+    attempts = history(attempts_of(args.queue, job_id))
+    explanation = explain(job, now)
     if args.json:
-        print_json({"job": job, "attempts": history, "redrives": audit})
+        shown = {"job": job, "explanation": explanation.as_dict(), "attempts": attempts}
+        print_json({**shown, "redrives": audit})
         return EXIT_OK
     out(f"job {job_id}")
     for column in queueview.JOB_COLUMNS:
         value = job[column]
-        is_time = column in ("available_at", "deadline", "lease_until")
-        out(f"  {column:<13}{when(value) if is_time else value}")
-    out(f"attempts ({len(history)} recorded)")
-    for row in history:
-        out(
-            f"  {when(row['at_ms'])}  token {row['token']}  {row['owner']:<10} "
-            f"{row['outcome']:<9} -> {row['status']:<8} {_cause_text(row).split(' (by ')[0]}"
-        )
+        if value is None:
+            value = "-"
+        elif column in ("available_at", "deadline", "lease_until"):
+            value = relative_when(value, now)
+        out(f"  {column:<13}{value}")
+    out(f"at {when(now)}: {headline(explanation, compact_when)}")
+    described = lines(explanation, compact_when)
+    if described:
+        out(f"transitions from {job['status']} (rows and guards of docs/state-machine.md):")
+    for line in described:
+        out(f"  {line}")
+    unfinished = sum(1 for attempt in attempts if attempt["outcome"] is None)
+    without = f", {unfinished} without an outcome" if unfinished else ""
+    out(f"attempts ({len(attempts)} recorded{without})")
+    for attempt in attempts:
+        out(f"  {attempt_words(attempt)}")
     out(f"redrives ({len(audit)})")
     for row in audit:
         out(f"  #{row['seq']} {when(row['at_ms'])}  token {row['token']}  note {row['note']}")

@@ -27,6 +27,8 @@ __all__ = [
     "integer",
     "json_flag",
     "json_option",
+    "known_value",
+    "non_negative_float",
     "option",
     "positive_float",
     "queue_arg",
@@ -82,19 +84,39 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number of at least 0 (at most a day) for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"must be a number in 0..86400, got {text!r}")
+    return value
+
+
 def checked_ms(option: str, value: int, hi: int = worker.MAX_DURATION_MS) -> int:
     """A duration option in ms; a value below ``MIN_MS`` is refused as likely seconds.
 
     Raises:
-        ValueError: ``value`` is not in ``MIN_MS .. hi``.
+        ValueError: ``value`` is not in ``MIN_MS .. hi`` (the message names that range).
     """
-    bulk.check_int(option, value, 1, hi, "ms")
-    if value < MIN_MS:
+    if type(value) is int and 1 <= value < MIN_MS:
         raise ValueError(
             f"{option} is in milliseconds: {value} ms is too short to mean anything here "
             f"(at least {MIN_MS}; for {value} seconds write {value * 1000})"
         )
-    return value
+    return bulk.check_int(option, value, MIN_MS, hi, "ms")
+
+
+def known_value(option: str, value: str | None, known: tuple[str, ...]) -> None:
+    """Refuse a value of ``option`` that is none of ``known`` (``None``: not given).
+
+    Raises:
+        ValueError: an unknown value, with the known ones.
+    """
+    if value is not None and value not in known:
+        raise ValueError(f"{option} must be one of {', '.join(known)}, got {value!r}")
 
 
 # --- Options of each command ---------------------------------------------------------

@@ -131,11 +131,14 @@ class _Progress:
 def _enqueue_file(args: argparse.Namespace, ttl_ms: int, attempts: int) -> int:
     chunk = bulk.check_int("--chunk", args.chunk, 1, worker.MAX_BATCH)
     if args.file == "-":
-        text, fmt = sys.stdin.read(), args.format or "jsonl"
+        stdin = getattr(sys.stdin, "buffer", None)  # a text stream without one: its text
+        data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8")
+        source, fmt = "stdin", args.format or "jsonl"
     else:
-        text = Path(args.file).read_text(encoding="utf-8")
+        source, data = args.file, Path(args.file).read_bytes()
         fmt = args.format or bulk.sniff_format(args.file)
-    records = bulk.parse_records(text, fmt)
+    text, undecodable = bulk.decode_lines(data)
+    records = bulk.parse_records(text, fmt, source, undecodable)
     module = backend.queue_module(args.queue)
     con = open_existing_queue(args.queue)
     new = known = commits = 0

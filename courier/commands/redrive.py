@@ -14,7 +14,7 @@ from typing import Any
 from courier import backend, bulk, queueview
 from courier.backend import Target
 from courier.commands.connection import known_status, now_ms, open_existing_queue
-from courier.commands.options import checked_ms, option, queue_arg, ttl_options
+from courier.commands.options import checked_ms, known_value, option, queue_arg, ttl_options
 from courier.commands.output import EXIT_OK, out
 
 __all__ = ["cmd_redrive", "redrive_one", "redrive_options"]
@@ -32,7 +32,8 @@ def redrive_options(redrive: argparse.ArgumentParser) -> None:
     redrive.add_argument(
         "--all", action="store_true", help="every dead job (with --reason: of that reason)"
     )
-    option(redrive, "--reason", "R", str, "with --all: deadline, exhausted or permanent")
+    reasons = f"with --all: only dead jobs of this reason ({', '.join(queueview.DEAD_REASONS)})"
+    option(redrive, "--reason", "R", str, reasons)
 
 
 def redrive_one(con: Any, target: Target, job_id: str, ttl_ms: int, note: str) -> dict[str, Any]:
@@ -65,6 +66,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         raise ValueError("give either the ID of one dead job or --all")
     if args.reason is not None and not args.all:
         raise ValueError("--reason goes with --all")
+    known_value("--reason", args.reason, queueview.DEAD_REASONS)
     con = open_existing_queue(args.queue)
     try:
         if not args.all:

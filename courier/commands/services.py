@@ -1,40 +1,51 @@
 """The long-running commands: ``serve`` (the HTTP receiver), ``run`` (a courier) and
 ``web`` (the operators' page).
 
-Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event.
-``run`` refuses a send timeout that could outlast the lease (``send_timeout_ms``).
+Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event,
+timestamped, an unchanged failure folded into a count (``courier.log_lines``).
+``run`` refuses a send timeout that could outlast the lease, counting the
+deliveries a batch makes one after another on each delivery thread
+(``send_timeout_ms``), and waits for a busy or unreachable queue at its start as it
+does later.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from courier import backend, bulk
 from courier.attempts import AttemptLog
+from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waves
+from courier.commands.connection import transient_trouble, wait_for_queue
 from courier.commands.options import (
     MAX_LEASE_MS,
     checked_ms,
     int_at_least,
     integer,
+    non_negative_float,
     option,
     positive_float,
     queue_arg,
 )
-from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals, out
+from courier.commands.output import EXIT_INTERRUPTED, EXIT_OK, inbox_totals
 from courier.crash_drill import StallAfterAcks
-from courier.delivery import HttpSend
+from courier.delivery import HttpSend, HttpSends
 from courier.interference import ReplyDelay
+from courier.log_lines import LogLines
 from courier.receiver import Receiver
-from courier.runner import run_courier
+from courier.runner import rounds_for, run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import stop_on_signals
 
 __all__ = [
+    "batch_settings",
     "cmd_run",
     "cmd_serve",
     "cmd_web",
@@ -65,8 +76,12 @@ def run_options(run: argparse.ArgumentParser) -> None:
     option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
     lease = "lease per claim; after it another courier may take the job (default %(default)s)"
     option(run, "--lease-ms", "MS", integer, lease, 1000)
-    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease)"
+    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease, shared by a batch's waves)"
     option(run, "--timeout-ms", "MS", integer, timeout)
+    batch = f"jobs a round claims at once with claim_many, 1..{MAX_BATCH} (default %(default)s)"
+    option(run, "--batch", "N", integer, batch, 1)
+    flight = "deliveries of a batch in flight at once, 1..N (default %(default)s)"
+    option(run, "--in-flight", "M", integer, flight, 1)
     stops = run.add_argument_group("stop rules", "the courier stops at the first rule that holds")
     rounds = "rounds (claim, deliver, finish; or one empty look) (default 10000)"
     option(stops, "--max-runs", "N", int_at_least(1), rounds)
@@ -107,17 +122,20 @@ def web_options(web: argparse.ArgumentParser) -> None:
         "sees the queue, and with --allow-redrive may redrive)",
     )
     option(web, "--port-file", "PATH", Path, "also write the port here, for scripts")
+    refresh = "the page refreshes itself this often while shown, 0: never (default %(default)s)"
+    option(web, "--refresh-s", "S", non_negative_float, refresh, 5.0)
     option(web, "--max-seconds", "S", positive_float, "stop after this long")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the receiver until Ctrl-C, SIGTERM or ``--max-seconds``; print its totals."""
+    log = LogLines()
     try:
         receiver = Receiver(
             args.inbox,
             host=args.host,
             port=args.port,
-            log=out,
+            log=log,
             interference=ReplyDelay(args.reply_delay_ms),
         )
     except OSError as error:
@@ -125,17 +143,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise
         raise OSError(f"cannot listen on {args.host} port {args.port}: {error.strerror}") from None
     stop = stop_on_signals()
-    out(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
+    log(f"receiver listening on {receiver.url} (port {receiver.port}), inbox {args.inbox}")
     if args.port_file is not None:
         args.port_file.write_text(f"{receiver.port}\n", encoding="utf-8")
     receiver.serve_until(stop, args.max_seconds)
-    out(f"receiver stopped: {inbox_totals(receiver.inbox.summary())}")
+    log(f"receiver stopped: {inbox_totals(receiver.inbox.summary())}")
+    log.close()
     return EXIT_OK
 
 
-def default_timeout_ms(lease_ms: int) -> int:
-    """An HTTP timeout that leaves a quarter of the lease to record the outcome."""
-    return max(1, lease_ms * 3 // 4)
+def default_timeout_ms(lease_ms: int, waves_of_batch: int = 1) -> int:
+    """An HTTP timeout that leaves a quarter of the lease to record the outcome, once
+    each delivery thread has made its ``waves_of_batch`` deliveries one after another."""
+    return max(1, lease_ms * 3 // (4 * waves_of_batch))
+
+
+def batch_settings(args: argparse.Namespace) -> tuple[int, int]:
+    """``(--batch, --in-flight)``, checked.
+
+    Raises:
+        ValueError: ``--batch`` not in 1..MAX_BATCH, ``--in-flight`` not in 1..batch,
+            or ``--stall-after-acks`` with more than one delivery in flight.
+    """
+    batch = bulk.check_int("--batch", args.batch, 1, MAX_BATCH)
+    in_flight = bulk.check_int("--in-flight", args.in_flight, 1, MAX_BATCH)
+    if in_flight > batch:
+        raise ValueError(
+            f"--in-flight {in_flight} is more than --batch {batch}: a round has at most "
+            f"--batch deliveries to make (raise --batch to {in_flight}, or lower --in-flight)"
+        )
+    if in_flight > 1 and getattr(args, "stall_after_acks", None) is not None:
+        raise ValueError("--stall-after-acks stalls one delivery at a time: use --in-flight 1")
+    return batch, in_flight
 
 
 def run_stop_rules(args: argparse.Namespace) -> StopRules:
@@ -163,12 +202,21 @@ def run_stop_rules(args: argparse.Namespace) -> StopRules:
 
 
 def send_timeout_ms(args: argparse.Namespace) -> int:
-    """The send timeout, refused unless it ends while the lease still holds."""
+    """The send timeout, refused unless the batch's last delivery ends while its lease
+    still holds: each delivery thread makes ``waves(batch, in_flight)`` deliveries one
+    after another, each up to the timeout, all under the lease taken at the claim."""
     lease_ms = args.lease_ms
+    batch, in_flight = batch_settings(args)
+    rows = waves(batch, in_flight)
     if args.timeout_ms is None:
-        return default_timeout_ms(lease_ms)
+        if not lease_covers(lease_ms, default_timeout_ms(lease_ms, rows), batch, in_flight):
+            raise ValueError(
+                f"--lease-ms {lease_ms} cannot cover {rows} deliveries in a row "
+                f"(--batch {batch}, --in-flight {in_flight}): raise --lease-ms or --in-flight"
+            )
+        return default_timeout_ms(lease_ms, rows)
     timeout_ms = bulk.check_int("--timeout-ms", args.timeout_ms, 1, MAX_LEASE_MS, "ms")
-    if timeout_ms >= lease_ms:
+    if rows == 1 and timeout_ms >= lease_ms:
         raise ValueError(
             f"unsafe: --timeout-ms {timeout_ms} is not below --lease-ms {lease_ms}. A delivery "
             "could outlast its lease: another courier would claim the job and send it again "
@@ -176,17 +224,34 @@ def send_timeout_ms(args: argparse.Namespace) -> int:
             f"Raise --lease-ms above {timeout_ms}, or lower --timeout-ms "
             f"(default: 3/4 of the lease, {default_timeout_ms(lease_ms)})"
         )
+    if not lease_covers(lease_ms, timeout_ms, batch, in_flight):
+        raise ValueError(
+            f"unsafe: --batch {batch} with --in-flight {in_flight} makes up to {rows} "
+            f"deliveries in a row on each delivery thread, {rows} x --timeout-ms {timeout_ms} = "
+            f"{rows * timeout_ms} ms, which is not below --lease-ms {lease_ms}. The batch's last "
+            "deliveries could outlast their leases: another courier would claim those jobs and "
+            "send them again while this one still waits, and their outcomes could never be "
+            f"recorded. Raise --lease-ms above {rows * timeout_ms}, raise --in-flight, or lower "
+            f"--timeout-ms (default: 3/4 of the lease over {rows}, "
+            f"{default_timeout_ms(lease_ms, rows)})"
+        )
     return timeout_ms
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one courier until a limit; exit 130 after Ctrl-C, else 0."""
     lease_ms = checked_ms("--lease-ms", args.lease_ms, MAX_LEASE_MS)
+    batch, in_flight = batch_settings(args)
     timeout_ms = send_timeout_ms(args)
     owner = bulk.check_id("--owner", args.owner)
     rules = run_stop_rules(args)
-    backend.connect_existing(args.queue).close()  # never a queue made from a typo
-    http = HttpSend(args.url, owner, timeout_ms)
+    # Never a queue made from a typo; a busy or unreachable one is waited for, as later.
+    ready = transient_trouble(args.queue) is None
+    http: HttpSend | HttpSends = (
+        HttpSend(args.url, owner, timeout_ms)
+        if in_flight == 1
+        else HttpSends(args.url, owner, timeout_ms, in_flight)
+    )
     send: Callable[[dict[str, Any]], bool] = http
     if args.stall_after_acks is not None:
         if args.stall_report is None:
@@ -194,32 +259,54 @@ def cmd_run(args: argparse.Namespace) -> int:
         send = StallAfterAcks(
             send, args.queue, owner, args.stall_after_acks, args.stall_report, args.stall_seconds
         )
-    stop = stop_on_signals(log=out, impatient=True)
+    log = LogLines()
+    stop = stop_on_signals(log=log, impatient=True)
     shown = backend.describe(args.queue)
     clock = "the server's clock" if backend.is_conninfo(args.queue) else "this host's clock"
-    out(f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms")
+    batched = f", batches of {batch} with {in_flight} in flight" if batch > 1 else ""
+    log(
+        f"{owner}: started, queue {shown} ({clock}), receiver {args.url}, lease {lease_ms} ms"
+        f"{batched}"
+    )
+    started = time.monotonic()
+    if not ready and not wait_for_queue(args.queue, stop, log, owner, rules.max_seconds):
+        reason = "stopped" if stop.is_set() else "max-seconds"
+        log(f"{owner}: stopped ({reason}) before the queue could be read")
+        log.close()
+        return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
+    if rules.max_seconds is not None:
+        left = max(rules.max_seconds - (time.monotonic() - started), 0.001)
+        rules = dataclasses.replace(rules, max_seconds=left)
     attempts = AttemptLog(args.queue)
+    rounds = None
+    if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
+        announce = attempts.announcing_batches(owner, log)
+        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms, announce)
     try:
         report = run_courier(
             args.queue,
             owner,
-            send,
+            send if rounds is not None else attempts.announcing(send, owner, log),
             lease_ms=lease_ms,
             stop_rules=rules,
             stop=stop,
-            log=out,
+            log=log,
             attempts=attempts,
+            rounds=rounds,
         )
     finally:
+        if rounds is not None:
+            rounds.close()
         attempts.close()
         http.close()
     statuses: dict[str, int] = {}
     for result in report.results:
         statuses[result["status"]] = statuses.get(result["status"], 0) + 1
-    out(
+    log(
         f"{owner}: stopped ({report.stop_reason}) after {report.runs} rounds: "
         f"{json.dumps(statuses, sort_keys=True)}, idle {report.idle}, busy {report.busy}"
     )
+    log.close()
     return EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_OK
 
 
@@ -227,4 +314,4 @@ def cmd_web(args: argparse.Namespace) -> int:
     """Serve the operators' page (``courier.web``)."""
     from courier.web import serve_web
 
-    return serve_web(args, out)
+    return serve_web(args)

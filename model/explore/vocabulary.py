@@ -7,10 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-# Deliberate copies of the lockstep's constants (tests/stateful: the model never imports
-# the tests); tests/model/test_explore_vocabulary.py pins them to the originals.
+from model.job import BOUNDARIES
+
+__all__ = ["BOUNDARIES", "CLOCK_RULE", "TICKET_FIELDS", "Held", "Step", "forged", "step"]
+
+# A deliberate copy of the lockstep's constant (tests/stateful: the model never imports
+# the tests); tests/model/test_explore_vocabulary.py pins it, and the boundaries (the
+# guards' times, model.job's), to the originals.
 TICKET_FIELDS = ("id", "qty", "owner", "token", "attempt", "lease_until")
-BOUNDARIES = ("available_at", "deadline", "lease_until")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def test_the_run_prints_its_page_with_every_section(quick_run: tuple[dict[str, A
         "## Throughput",
         "## The peers",
         "## Couriers end to end",
+        "## One courier in batches of 64",
         "## Slow states, and what to do about them",
         "## How it measures",
     ]
@@ -113,8 +114,9 @@ def test_slowpaths_alone_prints_each_case_side_by_side(
         cells = line.split(" | ")
         small, large = (float(x) for x in cells[3].split(" / "))
         ratio, goal = cells[4].split(" (goal ")
-        # of the unrounded times: the printed ones are rounded
-        assert float(ratio.removesuffix("x")) == pytest.approx(large / small, rel=0.03)
+        # of the unrounded times: the printed ones are rounded, and so is the ratio (to
+        # 0.01: below 0.17x its rounding alone is more than 3 %)
+        assert float(ratio.removesuffix("x")) == pytest.approx(large / small, rel=0.03, abs=0.005)
         met = float(ratio.removesuffix("x")) <= slowpaths.GOAL_CYCLE
         assert goal == f"{slowpaths.GOAL_CYCLE:g}x: {'met' if met else '**not met**'})"
     assert list(tmp_path.iterdir()) == [], "the files are removed"

@@ -22,7 +22,7 @@ from courier.procs import project_root
 from tests.bench.quick import generated_section, quick_record
 
 DOCS = project_root() / "docs"
-OURS = ("pgworker", "pgworker-64")
+OURS = ("pgworker", "pgworker-64", "courier-10")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import random
 import signal
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -33,6 +34,7 @@ import pgworker
 import worker
 from courier.clock import clock_ms
 from courier.delivery import HttpSend
+from courier.receiver import Receiver
 from courier.transient import is_busy
 
 NOW = 1_000_000
@@ -292,3 +294,40 @@ def pg_courier(
                 return
             else:
                 time.sleep(COURIER_PAUSE_S)
+
+
+# --- A receiver killed between its group commit and its answers ----------------------
+
+
+class _DieOnceCommitted:
+    """An interference that holds every committed delivery before its answer until
+    ``together`` of them are held, then SIGKILLs this process: a crash after the inbox
+    committed them and before any was answered. Bounded: after ``WAIT_S`` it answers."""
+
+    def __init__(self, together: int) -> None:
+        self.barrier = threading.Barrier(together)
+        self.never = threading.Event()  # the others wait: none answers before the kill
+
+    def before_apply(self, delivery_id: str, sender: str | None) -> _DieOnceCommitted:
+        return self
+
+    def refusal(self) -> None:
+        return None
+
+    def after_commit(self, verdict: str) -> bool:
+        try:
+            if self.barrier.wait(WAIT_S) == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+        except threading.BrokenBarrierError:
+            return True
+        self.never.wait(WAIT_S)
+        return True
+
+
+def receiver_dying_once_committed(inbox: str, port_file: str, together: int) -> None:
+    """The real receiver on ``inbox`` (its port written to ``port_file``), killed by
+    itself once ``together`` deliveries have committed and wait for their answers."""
+    with Receiver(inbox, interference=_DieOnceCommitted(together)) as receiver:
+        Path(port_file + ".partial").write_text(str(receiver.port))
+        os.replace(port_file + ".partial", port_file)
+        time.sleep(WAIT_S * 3)

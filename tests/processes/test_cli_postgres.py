@@ -170,7 +170,10 @@ def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
     text = log.read_text()
     assert "(the server's clock)" in text
     assert "refused token=1 -> dead (HTTP 409:" in text
-    (attempt,) = attempts_of(pg_conninfo, "refused")
+    assert "could not record" not in text
+    claimed, attempt = attempts_of(pg_conninfo, "refused")  # at the start, and the outcome
+    assert (claimed["owner"], claimed["token"], claimed["outcome"]) == ("c1", 1, "claimed")
+    assert claimed["at_ms"] <= attempt["at_ms"]
     assert (attempt["owner"], attempt["token"], attempt["outcome"], attempt["status"]) == (
         "c1",
         1,
@@ -223,17 +226,40 @@ def test_the_new_options_work_on_postgres_as_on_a_file(
 
 
 def test_the_web_page_reads_a_postgres_queue(pg_conninfo: str) -> None:
-    from courier.web import WebPage, render
+    """The page's reads on PostgreSQL: counts, the dead jobs by cause (the attempt log's
+    own SQL there), a page of them by cause, a job's explanation and attempts."""
+    from courier.attempts import Attempt, AttemptLog, dead_ids
+    from courier.delivery import Cause
+    from courier.web import Filters, WebPage
+    from courier.web.views import home
 
     con = pgworker.open_queue(pg_conninfo)
+    log = AttemptLog(pg_conninfo)
     try:
-        pgworker.enqueue(con, {"id": "w-1", "qty": 1}, backend.server_clock_ms(con), 60_000)
+        now = backend.server_clock_ms(con)
+        for job_id in ("w-1", "w-2"):
+            pgworker.enqueue(con, {"id": job_id, "qty": 1}, now, 60_000, 1)
+        ticket = pgworker.claim(con, "c1", now)
+        assert ticket is not None and ticket["id"] == "w-1"
+        log.claimed("w-1", "c1")
+        assert pgworker.finish(con, ticket, "permanent", now) == "dead"
+        log.record(Attempt("w-1", 1, "c1", now, "permanent", "dead", Cause("answer", "no", 409)))
     finally:
+        log.close()
         con.close()
     page = WebPage(pg_conninfo, allow_redrive=False, allow_remote=False, token="t")
-    data = page.snapshot()
-    assert data["counts"]["pending"] == 1 and data["oldest_due"]["id"] == "w-1"
-    assert "id='count-pending'>1<" in render(page, data)
+    data = page.home(Filters())
+    assert data["counts"]["pending"] == 1 and data["oldest_due"]["id"] == "w-2"
+    assert data["dead_causes"] == [{"reason": "permanent", "cause": "HTTP 409", "jobs": 1}]
+    assert dead_ids(pg_conninfo, cause="HTTP 409") == ["w-1"]
+    assert dead_ids(pg_conninfo, cause="HTTP 500") == []
+    assert [job["id"] for job in page.home(Filters(cause="HTTP 409"))["jobs"]] == ["w-1"]
+    assert "id='count-pending'>1<" in home(page, data, Filters())
+    job = page.job("w-1")
+    assert job is not None and job["explanation"].next is None
+    (attempt,) = job["attempts"]
+    assert (attempt["token"], attempt["outcome"], attempt["http_status"]) == (1, "permanent", 409)
+    assert attempt["claimed_at_ms"] is not None  # on the server's clock
 
 
 def test_a_courier_that_lost_its_server_connection_connects_again(

@@ -215,6 +215,45 @@ def test_concurrent_duplicates_apply_one_effect(receiver: Receiver) -> None:
     assert (summary["requests"], summary["effects"], summary["total_qty"]) == (8, 1, 9)
 
 
+def test_deliveries_that_come_together_commit_together_and_are_answered_after_it(
+    tmp_path: Path,
+) -> None:
+    """Group commit: while the inbox is locked, deliveries wait in arrival order and
+    none is answered; once it is free, one transaction holds them all, each judged
+    after the ones before it (a duplicate, a conflict), and then each is answered."""
+    inbox = tmp_path / "inbox.sqlite"
+    bodies = [("a", 1), ("b", 2), ("a", 1), ("a", 3), ("c", 1)]
+    answers: dict[int, tuple[int, dict[str, Any]]] = {}
+    with Receiver(inbox) as receiver:
+        holder = sqlite3.connect(inbox, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # the first committer waits for the lock
+        try:
+            threads = []
+            for n, (job_id, qty) in enumerate(bodies):
+                body = delivery({"id": job_id, "qty": qty})
+                thread = threading.Thread(
+                    target=lambda n=n, b=body: answers.update({n: post(receiver, b)})
+                )
+                thread.start()
+                threads.append(thread)
+                for _ in range(1000):  # each waits before the next comes: a known order
+                    if receiver.inbox.waiting_writes() == n + 1:
+                        break
+                    time.sleep(0.005)
+            assert receiver.inbox.waiting_writes() == len(bodies)
+            assert answers == {}, "none is answered before the commit that holds it"
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        for thread in threads:
+            thread.join(timeout=20)
+        assert (receiver.inbox.commits, receiver.inbox.writes) == (1, len(bodies))
+        summary = receiver.inbox.summary()
+    assert [answers[n][0] for n in range(len(bodies))] == [200, 200, 200, 409, 200]
+    assert [answers[n][1].get("duplicate") for n in (0, 1, 2, 4)] == [False, False, True, False]
+    assert (summary["requests"], summary["effects"], summary["total_qty"]) == (5, 3, 4)
+
+
 def test_a_body_that_never_arrives_times_out_with_408(seeded: Receiver) -> None:
     with socket.create_connection((seeded.host, seeded.port), timeout=10) as sock:
         sock.sendall(

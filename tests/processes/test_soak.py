@@ -143,6 +143,22 @@ def test_the_short_soak_passes_every_check(short_soak: Soak) -> None:
     assert short_soak[3] < SOAK_TIMEOUT_S
 
 
+# The couriers in batches (issue 33): small enough that a batch is often cut by a kill
+# mid-batch, with a lease that covers its waves (``courier run``'s default timeout).
+BATCH_OPTIONS = ("--batch", 8, "--in-flight", 4, "--lease-ms", 2000)
+
+
+def test_a_short_soak_with_batched_couriers_passes_every_check(tmp_path: Path) -> None:
+    """The same soak with ``courier run --batch 8 --in-flight 4``'s rounds: every check
+    holds, the forced drill and pause in flight were shown, and a late finish was refused."""
+    soak = run_soak(tmp_path, JOBS, CHAOS_SECONDS, *BATCH_OPTIONS)
+    report = passed_every_check(soak, JOBS)
+    assert (report["config"]["batch"], report["config"]["in_flight"]) == (8, 4)
+    forced_events_shown(report, {DRILL, schedule.PAUSE_IN_FLIGHT})
+    assert report["fencing"]["stale_finishes_rejected"] > 0, soak[2]
+    assert report["files"]["lost"] == []
+
+
 def forced_events_shown(report: dict[str, Any], kinds: set[str]) -> list[dict[str, Any]]:
     """Check that every forced event was played and each of ``kinds`` shown by its witness."""
     forced = report["forced"]

@@ -35,6 +35,7 @@ from chaos import report as soak_report
 from chaos.tally import ChaosCounts
 from chaos.witness import DRILL
 from tests.processes.test_soak import (
+    BATCH_OPTIONS,
     CHAOS_SECONDS,
     COURIERS,
     JOBS,
@@ -74,6 +75,15 @@ def test_the_short_postgres_soak_passes_every_check(pg_soak: Soak) -> None:
     assert report["chaos"]["kills"].get("random moment", 0) > 0
     assert report["chaos"]["killed_at_hook"]["claim:after-claim"] > 0, output
     assert elapsed < SOAK_TIMEOUT_S
+
+
+def test_a_short_postgres_soak_with_batched_couriers_passes_every_check(tmp_path: Path) -> None:
+    """The PostgreSQL soak with batched couriers: every check holds, no stale overwrite."""
+    soak = run_soak(tmp_path, JOBS, CHAOS_SECONDS, "--postgres", *BATCH_OPTIONS)
+    report = passed_every_check(soak, JOBS)
+    assert (report["config"]["batch"], report["config"]["in_flight"]) == (8, 4)
+    assert report["fencing"]["stale_overwrites"] == []
+    assert report["fencing"]["stale_finishes_rejected"] > 0, soak[2]
 
 
 def test_hosts_were_cut_off_and_their_late_finishes_refused(pg_soak: Soak) -> None:

@@ -3,7 +3,8 @@
 It speaks to Debian's ``chromedriver`` (package ``chromium-driver``) directly, so the
 browser tests need no Python package of their own: start the driver on a free
 loopback port, open one session with ``chromium --headless``, and use the few
-commands a test needs (go to a URL, find elements by CSS, read text, type, click).
+commands a test needs (go to a URL, find elements by CSS, read text, type, click,
+run a script, take a screenshot, and one DevTools command: the time zone).
 Every request has a timeout; ``Browser.close`` ends the session and the driver.
 """
 
@@ -123,6 +124,26 @@ class Browser:
 
     def current_url(self) -> str:
         return str(self._in_session("GET", "/url"))
+
+    def execute(self, script: str, *args: Any) -> Any:
+        """Run ``script`` (a function body; ``arguments`` are ``args``) in the page."""
+        return self._in_session("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def screenshot(self, path: str) -> None:
+        """Save what the page shows as a PNG at ``path``."""
+        import base64
+
+        data = self._in_session("GET", "/screenshot")
+        with open(path, "wb") as file:
+            file.write(base64.b64decode(data))
+
+    def window_size(self, width: int, height: int) -> None:
+        self._in_session("POST", "/window/rect", {"width": width, "height": height})
+
+    def time_zone(self, zone: str) -> None:
+        """Show the page as in the time zone ``zone`` (IANA name), through DevTools."""
+        command = {"cmd": "Emulation.setTimezoneOverride", "params": {"timezoneId": zone}}
+        self._in_session("POST", "/goog/cdp/execute", command)
 
     def close(self) -> None:
         """End the session and stop the driver (and with it the browser)."""

@@ -1,0 +1,325 @@
+"""A courier's rounds in batches: ``claim_many``, deliveries in flight, ``finish_many``.
+
+``BatchRounds`` is a ``courier.runner.Rounds`` over the calls of one queue
+(``QueueCalls``: ``FileRounds`` on a file, ``PgRounds`` on PostgreSQL), whose
+connection, turns and time base it uses through their ``call``. The rules it keeps:
+
+1. A round claims up to ``batch`` jobs with one ``claim_many`` and hands them to
+   ``in_flight`` delivery threads, each sending one job at a time (with
+   ``HttpSends``, each on a kept-alive connection of its own). The jobs go out in
+   claim order, ``send`` and the classification exactly as ``run_once`` does them
+   (``worker.classify_send``), outside any transaction.
+2. Jobs are finished **in groups**, one ``finish_many`` (one commit) for every
+   delivery back so far: when the whole batch is back, or earlier once the
+   first lease among those waiting has a quarter of the lease left
+   (``finish_by``), so that a slow delivery never holds the others past their
+   leases; the rest then make a later group. Finishing each as it completes
+   would cost a commit every few deliveries, where a group a batch keeps the
+   courier's commits at the batch calls' own two a batch, and a crash costs the
+   same either way (rule 4). Each item is judged alone at the time of its group:
+   a ticket whose lease has ended comes back ``stale`` and changes nothing.
+3. A delivery starts only while its lease can cover it: if the claim's time plus
+   the time since (the monotonic clock) plus ``timeout_ms`` has reached the
+   ticket's ``lease_until`` (a lease cut short by the job's deadline, or a
+   courier that was stopped), it is not sent and not finished: status
+   ``unsent``, and the job waits for its lease to end. ``courier run`` refuses
+   settings where the batch's deliveries cannot fit in the lease at all
+   (``lease_covers``).
+4. A crash mid-batch leaves each claimed job that was not finished leased until
+   its lease ends; another courier then claims it and sends it again, which the
+   receiver's inbox absorbs.
+5. A finish that meets a busy or unreachable queue is tried again with the next
+   group, and the last group once more (``LAST_TRIES``; a finish is a
+   compare-and-set on the ticket, so trying again is safe); if that fails too, or
+   anything else fails, the round raises ``courier.runner.PartlyDone`` with the
+   jobs it did finish, and the others wait for their leases. A delivery
+   that raised something unexpected leaves its job leased and, once the others
+   are finished, ends the round the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import worker
+from courier.delivery import Send
+from courier.runner import PartlyDone
+from courier.transient import is_transient
+
+__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waves"]
+
+T = TypeVar("T")
+
+MAX_BATCH = 1000  # claim_many's limit
+UNSENT = "unsent"
+GRACE_S = 5.0  # beyond the last lease and timeout, how long a round waits for a delivery
+LAST_TRIES = 2  # of the last group's finish, if it meets a busy or unreachable queue
+
+
+class QueueCalls(Protocol):
+    """The calls of one queue that batched rounds make (``FileRounds`` and ``PgRounds``
+    are such): ``call(action)`` runs ``action(module, con, now_ms)`` with the queue's
+    module (``worker`` or ``pgworker``), its connection and the time on its time base,
+    and raises a busy or unreachable queue as ``courier.transient`` says."""
+
+    def now_ms(self) -> int: ...
+
+    def call(self, action: Callable[[Any, Any, int], T]) -> T: ...
+
+    def drained(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def waves(batch: int, in_flight: int) -> int:
+    """How many deliveries one delivery thread makes in a batch, at most."""
+    return math.ceil(batch / in_flight)
+
+
+def lease_covers(lease_ms: int, timeout_ms: int, batch: int, in_flight: int) -> bool:
+    """True if a batch's last delivery ends while its lease holds, every delivery
+    taking its whole timeout: ``waves(batch, in_flight) * timeout_ms < lease_ms``."""
+    return waves(batch, in_flight) * timeout_ms < lease_ms
+
+
+@dataclass
+class _Delivered:
+    """One job of a batch once its delivery ended, or was not started (``outcome`` None)."""
+
+    ticket: dict[str, Any]
+    outcome: str | None = None
+    delay_ms: int = 0
+    error: BaseException | None = None
+
+
+class _Senders:
+    """``count`` daemon threads that run deliveries handed to them, one at a time each.
+
+    Daemon threads: a courier stopped at once (a second Ctrl-C) does not wait for
+    the deliveries in flight, whose jobs then wait for their leases.
+    """
+
+    def __init__(self, count: int) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"delivery-{n}", daemon=True)
+            for n in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        while (job := self._work.get()) is not None:
+            job()
+
+    def run(self, job: Callable[[], None]) -> None:
+        self._work.put(job)
+
+    def close(self) -> None:
+        """Let every thread end once its delivery has."""
+        for _ in self._threads:
+            self._work.put(None)
+
+
+class BatchRounds:
+    """Rounds of up to ``batch`` jobs with up to ``in_flight`` deliveries at once, on
+    the queue ``rounds`` works (``courier.runner.Rounds``; see the module's rules).
+
+    ``timeout_ms`` bounds one delivery (the send's own timeout): a delivery starts
+    only while its lease can cover it (rule 3). ``announce``, if given, is called
+    with each batch's tickets before its deliveries start (``courier run``'s attempt
+    log writes their claimed rows, ``AttemptLog.announcing_batches``); it must not
+    raise. The ``send`` of each round is called
+    from ``in_flight`` threads at once: it must allow that (``HttpSends`` does).
+    ``close`` closes ``rounds`` too.
+
+    Raises:
+        ValueError: ``batch`` is not in 1..MAX_BATCH, ``in_flight`` not in
+            1..``batch``, or ``timeout_ms`` not a positive int.
+    """
+
+    def __init__(
+        self,
+        rounds: QueueCalls,
+        batch: int,
+        in_flight: int,
+        timeout_ms: int,
+        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        if type(batch) is not int or not 1 <= batch <= MAX_BATCH:
+            raise ValueError(f"'batch' must be an int in 1..{MAX_BATCH}, got {batch!r}")
+        if type(in_flight) is not int or not 1 <= in_flight <= batch:
+            raise ValueError(f"'in_flight' must be an int in 1..batch ({batch}), got {in_flight!r}")
+        if type(timeout_ms) is not int or timeout_ms < 1:
+            raise ValueError(f"'timeout_ms' must be a positive int, got {timeout_ms!r}")
+        self.rounds = rounds
+        self.batch = batch
+        self.in_flight = in_flight
+        self.timeout_ms = timeout_ms
+        self.announce = announce
+        self._senders: _Senders | None = None
+
+    def now_ms(self) -> int:
+        """The time on the queue's time base."""
+        return self.rounds.now_ms()
+
+    def drained(self) -> bool:
+        """True if no job is pending or leased."""
+        return self.rounds.drained()
+
+    def close(self) -> None:
+        """Let the delivery threads end; close the queue's rounds."""
+        if self._senders is not None:
+            self._senders.close()
+            self._senders = None
+        self.rounds.close()
+
+    def round(
+        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+    ) -> list[dict[str, Any]]:
+        """Claim up to ``batch`` jobs, deliver them, finish them as they complete: the
+        ``run_once``-shaped results in the order they were finished (``[]`` if
+        nothing was claimable).
+
+        Raises:
+            PartlyDone: a finish failed, or a delivery raised something unexpected
+                (its job stays leased), after the results it holds were finished.
+            Anything the claim raises (a busy or unreachable queue included).
+        """
+
+        def claim(module: Any, con: Any, now_ms: int) -> tuple[int, list[dict[str, Any]]]:
+            return now_ms, module.claim_many(con, owner, now_ms, self.batch, lease_ms)
+
+        claimed_at, tickets = self.rounds.call(claim)
+        if not tickets:
+            return []
+        started = time.monotonic()
+        if self.announce is not None:
+            self.announce(tickets)
+        if self._senders is None:
+            self._senders = _Senders(self.in_flight)
+        delivered: queue.SimpleQueue[_Delivered] = queue.SimpleQueue()
+        for ticket in tickets:
+            self._senders.run(
+                self._delivery(send, ticket, jitter(), claimed_at, started, delivered)
+            )
+        until = started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
+
+        def finish_by(waiting: list[_Delivered]) -> float:
+            """When those waiting must be finished, on the monotonic clock (rule 2)."""
+            first = min(done.ticket["lease_until"] for done in waiting)
+            return started + float(first - claimed_at - lease_ms // 4) / 1000
+
+        return self._finish_in_groups(delivered, len(tickets), until, finish_by)
+
+    def _delivery(
+        self,
+        send: Send,
+        ticket: dict[str, Any],
+        drawn: float,
+        claimed_at: int,
+        started: float,
+        delivered: queue.SimpleQueue[_Delivered],
+    ) -> Callable[[], None]:
+        """One job's delivery, for a delivery thread: sent if its lease can cover it
+        (rule 3), classified as ``run_once`` classifies it, then handed back."""
+
+        def deliver() -> None:
+            done = _Delivered(ticket)
+            try:
+                now_ms = claimed_at + int((time.monotonic() - started) * 1000)
+                if now_ms + self.timeout_ms < ticket["lease_until"]:
+                    done.outcome, done.delay_ms = worker.classify_send(send, ticket, drawn)
+            except BaseException as error:  # the round's thread decides; the job stays leased
+                done.error = error
+            delivered.put(done)
+
+        return deliver
+
+    def _finish_in_groups(
+        self,
+        delivered: queue.SimpleQueue[_Delivered],
+        count: int,
+        until: float,
+        finish_by: Callable[[list[_Delivered]], float],
+    ) -> list[dict[str, Any]]:
+        """Take the ``count`` deliveries as they come back and finish them in groups
+        (rule 2); ``until`` bounds the wait for all of them."""
+        results: list[dict[str, Any]] = []
+        waiting: list[_Delivered] = []  # back, not finished yet
+        unexpected: BaseException | None = None
+        failure: Exception | None = None  # of the last finish, whose group still waits
+        remaining = count
+        overdue = False  # the wait went past ``until`` once (see below)
+        # Each pass takes a delivery, or finishes those waiting once (then no early
+        # finish is tried again before another delivery is back): at most 2 a delivery,
+        # and one more for the last chance past ``until``.
+        for _ in range(2 * count + 1):
+            if not remaining:
+                break
+            early = bool(waiting) and failure is None
+            bound = min(until, finish_by(waiting)) if early else until
+            try:
+                done = delivered.get(timeout=max(0.0, bound - time.monotonic()))
+            except queue.Empty:
+                if time.monotonic() >= until:
+                    if not overdue:
+                        # A process stopped (SIGSTOP, a suspended host) wakes past
+                        # ``until`` before its delivery threads, whose deliveries then
+                        # end at once (their own deadlines passed): one last wait.
+                        overdue, until = True, time.monotonic() + GRACE_S
+                        continue
+                    failure = self._finish(waiting, results) if waiting else None
+                    error = TimeoutError(f"{remaining} of {count} deliveries still running")
+                    raise PartlyDone(error, results) from None
+                failure = self._finish(waiting, results)  # a slow one must not hold these
+                continue
+            remaining -= 1
+            failure = None  # the group waiting is tried again with the next
+            if done.error is not None:
+                unexpected = unexpected or done.error
+            elif done.outcome is None:
+                ticket = done.ticket
+                results.append({"id": ticket["id"], "token": ticket["token"], "status": UNSENT})
+            else:
+                waiting.append(done)
+        for _ in range(LAST_TRIES):  # a lost connection is made again for the next try
+            if waiting:
+                failure = self._finish(waiting, results)
+        if failure is not None:
+            raise PartlyDone(failure, results)
+        if unexpected is not None:
+            if not isinstance(unexpected, Exception):
+                raise unexpected
+            raise PartlyDone(unexpected, results)
+        return results
+
+    def _finish(self, waiting: list[_Delivered], results: list[dict[str, Any]]) -> Exception | None:
+        """Finish ``waiting`` in one ``finish_many`` and move them to ``results``; a
+        busy or unreachable queue keeps them waiting (returned, to raise if it is
+        the last try); anything else is raised as ``PartlyDone``."""
+        items = [
+            {"ticket": done.ticket, "outcome": done.outcome, "delay_ms": done.delay_ms}
+            for done in waiting
+        ]
+        try:
+            statuses = self.rounds.call(
+                lambda module, con, now_ms: module.finish_many(con, items, now_ms)
+            )
+        except Exception as error:
+            if is_transient(error):
+                return error
+            raise PartlyDone(error, results) from error
+        for done, status in zip(waiting, statuses, strict=True):
+            ticket = done.ticket
+            results.append(
+                {"id": ticket["id"], "token": ticket["token"], "status": status or "stale"}
+            )
+        waiting.clear()
+        return None
