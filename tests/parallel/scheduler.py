@@ -339,11 +339,20 @@ class Scheduler:
             for other in self.branches:
                 if other is not branch and other.state == BUSY:
                     other.eligible = True
-        if ended == DEAD and branch.pid is not None:
-            self.store.await_gone(self.monitor, branch.pid)
+        if ended == DEAD:
+            self._bury(branch)
         if chosen:
             self.steps.append(Step(branch.lane, at, ended, effective))
             self.policy.made(branch.lane, effective)
+
+    def _bury(self, branch: Branch) -> None:
+        """A killed branch is gone before the next step, as a killed process is: its
+        thread has unwound (``Store.abandon`` let go of its locks), and a PostgreSQL
+        session has ended."""
+        if branch.thread is not None and branch.thread is not threading.current_thread():
+            branch.thread.join(STEP_TIMEOUT_S)
+        if branch.pid is not None:
+            self.store.await_gone(self.monitor, branch.pid)
 
     def _settle(self) -> None:
         """Wait until every branch whose statement waited in the server is either still

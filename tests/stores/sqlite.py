@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,6 +88,11 @@ class SQLiteStore(Store):
         """Roll back what ``con`` had open, then close it: what a killed process's hot
         journal gives the next connection. (A close alone would wait for the dead
         branch's cursors to be collected before letting go of the lock.)"""
+        if isinstance(con, _ScheduledConnection):
+            # A statement a dead frame still holds keeps the closed connection's lock
+            # until it is finalized: close every cursor first, so close() lets go at once.
+            for cursor in list(con.cursors):
+                cursor.close()
         if con.in_transaction:
             sqlite3.Connection.rollback(con)
         con.close()
@@ -121,6 +127,7 @@ class SQLiteStore(Store):
         sqlite3.Connection.execute(con, "PRAGMA journal_mode=DELETE").fetchall()
         sqlite3.Connection.execute(con, "PRAGMA synchronous=FULL")
         assert isinstance(con, _ScheduledConnection)
+        con.cursors = weakref.WeakSet()
         con.gate = gate
         return con
 
@@ -136,12 +143,15 @@ class _ScheduledConnection(sqlite3.Connection):
     """
 
     gate: Any = None
+    cursors: weakref.WeakSet[sqlite3.Cursor]  # every cursor made, for abandon() to close
     deferred = False  # in a transaction begun by a plain BEGIN
     since_begin = 0  # statements run in it since
     wrote = False  # and whether one of them wrote
 
     def cursor(self, factory: Any = None) -> Any:
-        return super().cursor(factory or _ScheduledCursor)
+        made = super().cursor(factory or _ScheduledCursor)
+        self.cursors.add(made)
+        return made
 
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
         return self.cursor().execute(sql, parameters)
