@@ -20,12 +20,11 @@ import sys
 import time
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from tests import profiles
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool, scratch_folder
-from tests.parallel.schedule import Schedule, runs_of, schedules
+from tests.parallel.schedule import Schedule, runs_of
 from tests.parallel.strategies import programs
 from tests.parallel.suite import Suite
 from tests.parallel.trial import Trials
@@ -58,10 +57,10 @@ def rounds(minutes: float, store: Store, real: bool = False) -> int:
     pool = Pool() if real else None
     trials = Trials(pool, store, sizes.repeats, sizes.budget) if pool else None
     suite = Suite(store, None, sizes.budget)
-    explicit = st.booleans() if store.name == "postgres" else None
+    explicit = store.name == "postgres"
 
     @settings(settings.get_profile("fuzz"), max_examples=ROUND_EXAMPLES)
-    @given(schedules=runs_of(schedules(explicit), sizes.schedules), program=programs())
+    @given(schedules=runs_of(sizes.schedules, explicit), program=programs())
     def one(program: Program, schedules: list[Schedule]) -> None:
         if trials is not None:
             trial = trials.attempt(program)

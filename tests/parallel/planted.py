@@ -352,14 +352,24 @@ def plant(bug: Plant, folder: Path, conninfo: str | None = None) -> Store:
 # --- The measurement: python -m tests.parallel.planted ------------------------------------
 
 
+class FirstFailure(BaseException):
+    """Ends a hunt at its first failure (hypothesis lets a ``BaseException`` through
+    without shrinking)."""
+
+
 def hunt(
-    bug: Plant, folder: Path, conninfo: str | None = None, replays: int = 10
+    bug: Plant,
+    folder: Path,
+    conninfo: str | None = None,
+    replays: int = 10,
+    first_only: bool = False,
 ) -> dict[str, object]:
     """Run the parallel suite's own scheduled test as CI runs it (the test function of
     ``tests/parallel/test_parallel.py``, so its derandomized sequence of programs and
     schedules, under the active profile) on the plant: the programs and the time to the
     first failure, the time shrinking took, the shrunk program, and how many of
-    ``replays`` replays of the saved case fail."""
+    ``replays`` replays of the saved case fail. ``first_only``: stop at the first
+    failure, nothing shrunk or replayed."""
     import contextlib
     import time
 
@@ -379,16 +389,20 @@ def hunt(
             except AssertionError:
                 seen.setdefault("first_failure_s", round(time.monotonic() - started, 1))
                 seen.setdefault("programs_to_first_failure", self.programs)
+                if first_only:
+                    raise FirstFailure() from None
                 raise
 
     suite = Hunted(store, bug.name, ci.SIZES.budget)
-    with contextlib.suppress(AssertionError):
+    with contextlib.suppress(AssertionError, FirstFailure):
         if bug.store == "sqlite":
             ci.test_scheduled_histories_linearize(sqlite_suite=suite)
         else:
             ci.test_scheduled_histories_linearize_on_postgres(postgres_suite=suite)
-    result: dict[str, object] = {"plant": bug.name, "caught": suite.last_failure is not None}
+    result: dict[str, object] = {"plant": bug.name, "caught": bool(seen)}
     result |= seen
+    if first_only:
+        return result if seen else result | {"programs": suite.programs}
     if suite.last_failure is None:
         return result | {"programs": suite.programs}
     case, judgement, path = suite.last_failure
@@ -473,20 +487,19 @@ def first_failures(
     import contextlib
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
-    from hypothesis import strategies as st
     from hypothesis.errors import Flaky
 
     from tests.parallel.case import judged as judged_scheduled
     from tests.parallel.judge import judge
     from tests.parallel.runner import Pool
-    from tests.parallel.schedule import runs_of, schedules
+    from tests.parallel.schedule import runs_of
     from tests.parallel.strategies import programs
     from tests.profiles import parallel_settings
 
     count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
     _, sizes = parallel_settings(count)
     store = plant(bug, folder, conninfo)
-    explicit = st.booleans() if bug.store == "postgres" else None
+    explicit = bug.store == "postgres"
     quick = settings(
         max_examples=cap,
         derandomize=False,
@@ -509,7 +522,7 @@ def first_failures(
 
         @seed(number)
         @quick
-        @given(drawn=runs_of(schedules(explicit), sizes.schedules), program=programs())
+        @given(drawn=runs_of(sizes.schedules, explicit), program=programs())
         def scheduled(program: Any, drawn: Any) -> None:
             tried.append(fails(program, drawn))
             assert not tried[-1]
@@ -642,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lockstep", action="store_true", help="also run the sequential suite")
     parser.add_argument("--no-hunt", action="store_true", help="only the sequential suite")
+    parser.add_argument(
+        "--first", action="store_true", help="stop each hunt at its first failure (no shrinking)"
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--table", type=Path, help="print the table of a recorded JSON")
     parser.add_argument(
@@ -681,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
             elif args.rates:
                 result = rates(bug, Path(scratch), args.rates, conninfo)
             elif not args.no_hunt:
-                result = hunt(bug, Path(scratch), conninfo)
+                result = hunt(bug, Path(scratch), conninfo, first_only=args.first)
             if args.lockstep or args.no_hunt:
                 result.update(lockstep(bug, Path(scratch)))
             results.append(result)

@@ -18,8 +18,7 @@ Policies:
   frequent switches catch three to four times as many per program as PCT's few
   priority changes (Burckhardt et al., ASPLOS 2010). Shrinking clears flags: toward
   the fewest switches, PCT's bias, and drawn up front, a flag keeps its meaning when
-  hypothesis drops a call of the program. ``random`` comes from hypothesis
-  (``st.randoms()``), so the choices shrink with the program: toward fewer switches.
+  hypothesis drops a call of the program.
 - ``Forced(prefix)``: the exhaustive search's (``tests.parallel.exhaustive``): the
   given choices first, then always the branch that ran last if it can, else the lowest;
   every step's options are kept, for the search to try the others.
@@ -186,18 +185,32 @@ class Schedule:
         printer.text(repr(self))
 
 
-def schedules(explicit: st.SearchStrategy[bool] | None = None) -> st.SearchStrategy[Schedule]:
-    """A schedule whose flags hypothesis draws up front (``DECISIONS`` of them, each a
-    fair coin while generating) and shrinks toward staying (``explicit``: whether writes
-    are explicit transactions; never, unless a strategy is given)."""
-    flags = st.lists(st.booleans(), min_size=DECISIONS, max_size=DECISIONS).map(tuple)
-    return st.builds(Schedule, flags, explicit if explicit is not None else st.just(False))
-
-
-def runs_of(schedule: st.SearchStrategy[Schedule], count: int) -> st.SearchStrategy[list[Schedule]]:
+def runs_of(count: int, explicit: bool = False) -> st.SearchStrategy[list[Schedule]]:
     """``count`` schedules for one program: it runs under each (Lincheck's many
-    invocations of one scenario); shrinking keeps the one that fails."""
-    return st.lists(schedule, min_size=count, max_size=count)
+    invocations of one scenario); shrinking keeps the one that fails. Each schedule's
+    ``DECISIONS`` flags are fair coins while generating and shrink toward staying.
+
+    ``explicit`` (PostgreSQL): every second schedule makes every write an explicit
+    transaction, so each program runs in both modes. In autocommit, what pgworker
+    runs in by default, a write without a hook is one statement, which the scheduler
+    runs whole, so a race inside it (a read and an update of one statement, another
+    session committing between them) shows only with a step before its COMMIT. (A coin
+    for each schedule left a quarter of the programs without an explicit run.)
+
+    The flags of all ``count`` schedules are drawn as one list and cut in ``count``:
+    hypothesis's generator copies a drawn part over another part drawn by the same
+    strategy (its mutations), and drawn as ``count`` schedules, the second schedule
+    became a copy of the first in two of five of CI's programs, so one of the two
+    runs repeated the other."""
+    flags = st.lists(st.booleans(), min_size=DECISIONS * count, max_size=DECISIONS * count)
+
+    def cut(drawn: list[bool]) -> list[Schedule]:
+        return [
+            Schedule(tuple(drawn[n * DECISIONS : (n + 1) * DECISIONS]), explicit and n % 2 == 1)
+            for n in range(count)
+        ]
+
+    return flags.map(cut)
 
 
 def written(explicit: bool, steps: str) -> str:

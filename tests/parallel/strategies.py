@@ -1,6 +1,7 @@
 """The hypothesis strategy of parallel programs, drawn whole before anything runs.
 
-``programs()`` draws a sequential prefix (one to five calls, enqueues first) and two or
+``programs()`` draws a sequential prefix (one to five calls, the first an
+``enqueue_many`` of two or three jobs) and two or
 three branches of up to eight calls from the lockstep's vocabulary: ``enqueue`` and
 ``enqueue_many`` with colliding ids, ``claim`` and ``claim_many`` (two owners, short
 and long leases), ``finish`` and ``finish_many`` with tickets the branch got earlier and
@@ -10,14 +11,19 @@ time of a job that is or was dead: operators redrive what they see dead),
 the hook points. Two race wideners: a hook that pauses inside the transaction (before
 COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
 or right after a delivery. In a quarter of the programs the second branch mirrors the
-first (the same calls by the other owner), so that every row is contested.
+first (the same calls by the other owner), so that every row is contested. Each program
+leaves out some of the branches' verbs (swarm testing), so the verbs it keeps meet more
+often; each branch is a courier of its own (``b1`` is ``c1``, ``b2`` is ``c2``) that
+claims under another courier's name only sometimes.
 
 Times are drawn as the lockstep draws them: while drawing, the program so far runs on
 a ``QueueModel`` (the prefix, then the branches in turn), and each branch's clock moves
 to the next ``lease_until``, ``deadline`` or ``available_at`` among those rows, or one
 millisecond either side, or a few milliseconds on; so leases expire in the middle of a
 program. Each branch's clock never goes back. Every choice shrinks towards its first
-option: no fault, a plain claim, the same time.
+option: no fault, a plain claim, a batch of two, the same time, every verb kept. The
+simplest program is then the seed's story: two couriers claiming from a queue of two
+jobs at once.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ OWNERS = ("c1", "c2")
 START_MS = 1000
 MAX_PREFIX = 5
 MAX_BRANCH_CALLS = 8
+# A batch call's size (claim_many's limit, finish_many's items): two first, the
+# smallest batch whose atomicity can fail.
+BATCH_SIZES = (2, 1, 3)
 TTLS = (100, 5, 20, 1000, 60000)
 LEASES = (None, 10, 1, 2, 5, 50, 1000)
 BUDGETS = (None, 1, 2, 3)
@@ -165,6 +174,15 @@ def _answer(send: Send) -> Callable[[dict[str, Any]], object]:
     return answer
 
 
+def owners_of(lane: str) -> tuple[str, ...]:
+    """The owners a lane draws from, its own courier first: ``c1`` for the prefix and
+    ``b1``, ``c2`` for ``b2``, ``c1`` again for ``b3``. The simplest program is then
+    two couriers, each under its own name."""
+    number = 0 if lane == PREFIX else int(lane[1:]) - 1
+    own = number % len(OWNERS)
+    return OWNERS[own:] + OWNERS[:own]
+
+
 def now_for(draw: Draw, sketch: Sketch, lane: str) -> int:
     """The lane's next time: the same, a boundary of the rows ahead, or a few ms on."""
     clock = sketch.clocks[lane]
@@ -207,9 +225,11 @@ def ticket_ref(draw: Draw, sketch: Sketch, lane: str) -> TicketRef | None:
     return ref
 
 
-def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
-    """One call of ``verb`` in ``lane``; ``None`` if it has nothing to work on yet."""
+def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str, first: bool = False) -> Call | None:
+    """One call of ``verb`` in ``lane``; ``None`` if it has nothing to work on yet.
+    ``first``: the program's first call."""
     in_branch = lane != PREFIX
+    owners = owners_of(lane)
     now = now_for(draw, sketch, lane)
     if verb == "enqueue":
         ids = BRANCH_IDS if in_branch else IDS
@@ -219,21 +239,19 @@ def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
             verb, (("event", event), ("now_ms", now), ("ttl_ms", ttl), ("max_attempts", budget))
         )
     if verb == "enqueue_many":
-        events = draw(
-            st.lists(
-                st.fixed_dictionaries({"id": st.sampled_from(IDS), "qty": st.sampled_from([1, 2])}),
-                min_size=1,
-                max_size=3,
-            )
-        )
+        one = st.fixed_dictionaries({"id": st.sampled_from(IDS), "qty": st.sampled_from([1, 2])})
+        if first:  # the queue starts with two or three jobs: something for two claims
+            events = draw(st.lists(one, min_size=2, max_size=3, unique_by=lambda e: e["id"]))
+        else:
+            events = draw(st.lists(one, min_size=1, max_size=3))
         ttl, budget = draw(st.sampled_from(TTLS)), draw(st.sampled_from(BUDGETS))
         return Call(
             verb,
             (("events", events), ("now_ms", now), ("ttl_ms", ttl), ("max_attempts", budget)),
         )
     if verb in ("claim", "claim_many"):
-        owner, lease = draw(st.sampled_from(OWNERS)), draw(st.sampled_from(LEASES))
-        limit = (("limit", draw(st.integers(1, 3))),) if verb == "claim_many" else ()
+        owner, lease = draw(st.sampled_from(owners)), draw(st.sampled_from(LEASES))
+        limit = (("limit", draw(st.sampled_from(BATCH_SIZES))),) if verb == "claim_many" else ()
         return Call(
             verb,
             (
@@ -261,7 +279,7 @@ def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
         )
     if verb == "finish_many":
         items = []
-        for _ in range(draw(st.integers(1, 3))):
+        for _ in range(draw(st.sampled_from(BATCH_SIZES))):
             ref = ticket_ref(draw, sketch, lane)
             if ref is None:
                 return None
@@ -303,7 +321,7 @@ def call_for(draw: Draw, sketch: Sketch, lane: str, verb: str) -> Call | None:
     return Call(
         verb,
         (
-            ("owner", draw(st.sampled_from(OWNERS))),
+            ("owner", draw(st.sampled_from(owners))),
             ("readings", (now, second)),
             ("send", send),
             ("jitter", draw(st.sampled_from(JITTERS))),
@@ -327,7 +345,7 @@ def programs(
     prefix: list[Call] = []
     for index in range(draw(st.integers(1, max_prefix))):
         verb = "enqueue_many" if index == 0 else draw(st.sampled_from(PREFIX_VERBS))
-        call = call_for(draw, sketch, PREFIX, verb)
+        call = call_for(draw, sketch, PREFIX, verb, first=index == 0)
         if call is not None:
             sketch.apply(PREFIX, len(prefix), call)
             prefix.append(call)
@@ -338,11 +356,13 @@ def programs(
     for lane in lanes:
         sketch.clocks[lane] = sketch.clocks[PREFIX]
         sketch.claims[lane] = []
+    kept = BRANCH_VERBS
     for step in range(max(lengths.values())):
         for lane in lanes:
             if step >= lengths[lane]:
                 continue
-            verbs = BRANCH_VERBS + (("redrive",) * 2 if sketch.dead_ids() else ())
+            dead = sketch.dead_ids() and "redrive" in kept
+            verbs = kept + (("redrive",) * 2 if dead else ())
             call = call_for(draw, sketch, lane, draw(st.sampled_from(verbs)))
             if call is not None:
                 sketch.apply(lane, len(branches[lane]), call)

@@ -31,12 +31,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import event, given
-from hypothesis import strategies as st
 
 from tests.parallel.planted import BY_NAME, plant
 from tests.parallel.program import Program
 from tests.parallel.runner import Pool, scratch_folder
-from tests.parallel.schedule import Schedule, runs_of, schedules
+from tests.parallel.schedule import Schedule, runs_of
 from tests.parallel.strategies import programs
 from tests.parallel.suite import Suite
 from tests.parallel.trial import Trials
@@ -94,7 +93,7 @@ def checked(suite: Suite, program: Program, schedules: list[Schedule]) -> None:
 
 
 @SCHEDULED
-@given(schedules=runs_of(schedules(), SIZES.schedules), program=programs())
+@given(schedules=runs_of(SIZES.schedules), program=programs())
 def test_scheduled_histories_linearize(
     sqlite_suite: Suite, program: Program, schedules: list[Schedule]
 ) -> None:
@@ -103,7 +102,7 @@ def test_scheduled_histories_linearize(
 
 
 @SCHEDULED_POSTGRES
-@given(schedules=runs_of(schedules(st.booleans()), SIZES.schedules), program=programs())
+@given(schedules=runs_of(SIZES.schedules, explicit=True), program=programs())
 def test_scheduled_histories_linearize_on_postgres(
     postgres_suite: Suite, program: Program, schedules: list[Schedule]
 ) -> None:
