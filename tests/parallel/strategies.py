@@ -200,7 +200,7 @@ def now_for(draw: Draw, sketch: Sketch, lane: str) -> int:
 def fault_for(draw: Draw, verb: str, in_branch: bool) -> Fault | None:
     """No fault; an error raised at a hook point; a pause inside the transaction; or,
     in a branch, SIGKILL at a hook point."""
-    kinds = ["none", "none", "pause", "raise"] + (["kill"] if in_branch else [])
+    kinds = ["none", "none", "none", "none", "pause", "raise"] + (["kill"] if in_branch else [])
     kind = draw(st.sampled_from(kinds))
     points = POINTS[verb]
     if kind == "none":
