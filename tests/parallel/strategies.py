@@ -198,9 +198,12 @@ def now_for(draw: Draw, sketch: Sketch, lane: str) -> int:
 
 
 def fault_for(draw: Draw, verb: str, in_branch: bool) -> Fault | None:
-    """No fault; an error raised at a hook point; a pause inside the transaction; or,
-    in a branch, SIGKILL at a hook point."""
-    kinds = ["none", "none", "none", "none", "pause", "raise"] + (["kill"] if in_branch else [])
+    """No fault (in four calls of seven in a branch, four of six in the prefix); an error
+    raised at a hook point; a pause inside the transaction; or, in a branch, SIGKILL
+    at a hook point. A raised or killed call hides what it would have done, and with
+    it the races the suite is for: with faults in three calls of five, the mean first
+    failure over 20 seeds came later for 9 of the 14 planted bugs."""
+    kinds = ["none"] * 4 + ["pause", "raise"] + (["kill"] if in_branch else [])
     kind = draw(st.sampled_from(kinds))
     points = POINTS[verb]
     if kind == "none":
