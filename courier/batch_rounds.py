@@ -69,7 +69,7 @@ from courier.delivery import Send
 from courier.runner import PartlyDone
 from courier.transient import is_transient
 
-__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waits", "waves"]
+__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waits"]
 
 T = TypeVar("T")
 
@@ -92,11 +92,6 @@ class QueueCalls(Protocol):
     def drained(self) -> bool: ...
 
     def close(self) -> None: ...
-
-
-def waves(batch: int, in_flight: int) -> int:
-    """How many deliveries one delivery thread makes in a batch, at most."""
-    return math.ceil(batch / in_flight)
 
 
 def waits(batch: int, in_flight: int) -> int:
