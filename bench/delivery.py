@@ -19,7 +19,7 @@ from bench.measure import fleet_totals
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from courier.attempts import AttemptLog, sidecar_path
-from courier.batch_rounds import BatchRounds
+from courier.batch_rounds import BatchRounds, waits
 from courier.clock import clock_ms
 from courier.delivery import HttpSend, HttpSends
 from courier.inbox import Inbox
@@ -30,7 +30,8 @@ from tests.stores import Store
 from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["BATCH", "BUILDS_ON", "GOALS", "IN_FLIGHT", "LAYERS", "LEASE_MS", "SIDES"]
-__all__ += ["breakdown", "courier", "courier_run", "fleet", "serve", "serving", "side_by_side"]
+__all__ += ["breakdown", "courier", "courier_run", "fleet", "http_alone", "serve", "serving"]
+__all__ += ["side_by_side"]
 
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
@@ -39,16 +40,22 @@ RESULT_GRACE_S = 30.0
 JOBS_PER_SECOND_CEILING = 3_000  # prefill: more than can be delivered in the window
 LAYERS = ("run_once", "run_file", "HTTP", "receiver", "runner")
 BUILDS_ON = {"run_file": "run_once", "HTTP": "run_once", "receiver": "HTTP", "runner": "receiver"}
-# The batched courier: `courier run --batch 64 --in-flight 16 --lease-ms 4000`, whose
-# default timeout (3/4 of the lease over its 4 waves) is today's 750 ms a delivery.
-BATCH, IN_FLIGHT, BATCH_LEASE_MS = 64, 16, 4000
-BATCH_TIMEOUT_MS = BATCH_LEASE_MS * 3 // (4 * (BATCH // IN_FLIGHT))
+# The batched courier: `courier run --batch 64 --in-flight 16 --lease-ms 8000`, whose
+# default timeout (3/4 of the lease over the 8 deliveries in a row of two batches in
+# the pipeline, courier.batch_rounds.waits) is today's 750 ms a delivery.
+BATCH, IN_FLIGHT, BATCH_LEASE_MS = 64, 16, 8000
+BATCH_TIMEOUT_MS = BATCH_LEASE_MS * 3 // (4 * waits(BATCH, IN_FLIGHT))
 # What side_by_side measures in each round, in turn: (courier's batch, its in flight, server)
 SIDES = {
     "single": (1, 1, "receiver"),
     "batched": (BATCH, IN_FLIGHT, "receiver"),
     "no_commit": (BATCH, IN_FLIGHT, "HTTP"),
 }
+# Beside them, with no queue at all: the courier's delivery path alone (``HttpSends`` of
+# IN_FLIGHT kept-alive connections, IN_FLIGHT threads sending without a pause) to a server
+# that answers 200 at once (``http``), and to the real receiver (``inbox``): the ceiling of
+# HTTP on this machine, and of the receiver's group commit, that no courier can pass.
+ALONE = {"http": "HTTP", "inbox": "receiver"}
 CALL_BATCHES = 40  # claim_many + finish_many cycles of BATCH: the batch calls' own rate
 # Issue 33's goals: deliveries a second of the batched courier to the real receiver, by
 # backend; its share of the batch calls' own rate against a receiver that does not commit.
@@ -314,8 +321,53 @@ def courier_run(
     }
 
 
+def http_alone(url: str, seconds: float, in_flight: int = IN_FLIGHT) -> dict[str, Any]:
+    """The courier's delivery path with no queue: ``in_flight`` threads, each sending one
+    delivery after another for ``seconds`` through one ``HttpSends`` of ``in_flight``
+    kept-alive connections (``courier run``'s), each delivery a fresh id: how many
+    were answered 2xx a second, and how many were not."""
+    send = HttpSends(url, "bench", BATCH_TIMEOUT_MS, in_flight)
+    counts = [[0, 0] for _ in range(in_flight)]
+    go = threading.Event()
+    until = [0.0]
+
+    def sender(number: int) -> None:
+        go.wait()
+        count = counts[number]
+        while time.perf_counter() < until[0]:
+            try:
+                count[0] += send({"id": f"h{number}-{count[0] + count[1]}", "qty": 1}) is True
+            except (worker.Retryable, worker.Permanent):
+                count[1] += 1
+
+    threads = [threading.Thread(target=sender, args=(n,)) for n in range(in_flight)]
+    for thread in threads:
+        thread.start()
+    start = time.perf_counter()
+    until[0] = start + seconds
+    go.set()
+    for thread in threads:
+        thread.join()
+    spent = time.perf_counter() - start
+    send.close()
+    done = sum(count[0] for count in counts)
+    return {
+        "deliveries": done,
+        "not_done": sum(count[1] for count in counts),
+        "seconds": round(spent, 3),
+        "count": done,
+        "per_s": round(done / spent, 1),
+    }
+
+
 def _side(name: str, store: Store, folder: Path, seconds: float, label: str) -> dict[str, Any]:
-    """One side of a round (``SIDES``, or ``calls``) on a fresh queue of ``store``."""
+    """One side of a round (``SIDES``, ``ALONE``, or ``calls``) on a fresh queue of ``store``
+    (no queue for ``ALONE``)."""
+    if name in ALONE:
+        with serving(ALONE[name], folder / f"inbox-{label}.sqlite") as served:
+            figure = http_alone(served.url, seconds)
+        figure["inbox"] = served.inbox
+        return figure
     if name == "calls":
         with store.queue(label) as con:
             calls = Calls(store.module(), con, BATCH)
@@ -342,11 +394,12 @@ def _side(name: str, store: Store, folder: Path, seconds: float, label: str) -> 
 
 def side_by_side(store: Store, folder: Path, seconds: float, rounds: int) -> dict[str, Any]:
     """Today's courier, the batched courier (``BATCH``, ``IN_FLIGHT``), the batched
-    courier against a server that answers without committing, and the batch calls
+    courier against a server that answers without committing, the batch calls
     alone (``claim_many`` + ``finish_many`` of ``BATCH``), each on a fresh queue of
-    ``store``, in turn in each of ``rounds`` rounds: each figure's median round, every
-    round's rate, and the median of each round's ratios."""
-    names = (*SIDES, "calls")
+    ``store``, and the delivery path alone to both servers (``ALONE``, no queue), in
+    turn in each of ``rounds`` rounds: each figure's median round, every round's rate,
+    and the median of each round's ratios."""
+    names = (*SIDES, "calls", *ALONE)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for number in range(rounds):
         for name in names:
@@ -366,4 +419,6 @@ def side_by_side(store: Store, folder: Path, seconds: float, rounds: int) -> dic
 
     out["batched_vs_single"] = ratio("batched", "single")
     out["no_commit_vs_calls"] = ratio("no_commit", "calls")
+    out["no_commit_vs_http"] = ratio("no_commit", "http")
+    out["batched_vs_inbox"] = ratio("batched", "inbox")
     return out

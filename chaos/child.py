@@ -210,7 +210,12 @@ class RecordedRounds:
         return clock_ms()
 
     def round(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
         """One round with one ``jitter()``: its result, or ``[]`` if nothing was claimable."""
         drawn = jitter()
@@ -230,6 +235,10 @@ class RecordedRounds:
             return []
         self.events.write("result", **result)
         return [result]
+
+    def holding(self) -> bool:
+        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        return False
 
     def drained(self) -> bool:
         """True if no job is pending or leased."""

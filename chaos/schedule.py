@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import worker
 from chaos.faults import Fault
-from courier.batch_rounds import waves
+from courier.batch_rounds import waits
 from courier.interference import MAX_REPLY_DELAY_MS
 
 __all__ = [
@@ -152,15 +152,18 @@ class Config:
     @property
     def http_timeout_ms(self) -> int:
         """The couriers' HTTP timeout, as ``courier run`` defaults to: 3/4 of the lease,
-        over the deliveries a batch makes one after another on each delivery thread."""
-        return self.lease_ms * 3 // (4 * waves(self.batch, self.in_flight))
+        over the deliveries that may run in a row on a delivery thread after a claim
+        (``courier.batch_rounds.waits``: two batches' in the pipeline)."""
+        return self.lease_ms * 3 // (4 * waits(self.batch, self.in_flight))
 
     @property
     def stop_grace_s(self) -> float:
-        """How long a courier gets to stop after SIGTERM: its current round at most.
+        """How long a courier gets to stop after SIGTERM: its current round at most and,
+        in batches, the one that finishes the batch it claimed ahead.
 
         A round is a claim, a send bounded by the HTTP timeout (plus a delayed
-        answer, which is shorter than the lease), and a finish.
+        answer, which is shorter than the lease), and a finish; a batched courier's
+        two batches' deliveries all end within a lease of the later claim.
         """
         return 2 * self.lease_ms / 1000 + 3
 

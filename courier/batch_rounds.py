@@ -1,40 +1,57 @@
-"""A courier's rounds in batches: ``claim_many``, deliveries in flight, ``finish_many``.
+"""A courier's rounds in batches: ``claim_many``, deliveries in flight, ``finish_many``,
+two batches in a pipeline.
 
 ``BatchRounds`` is a ``courier.runner.Rounds`` over the calls of one queue
 (``QueueCalls``: ``FileRounds`` on a file, ``PgRounds`` on PostgreSQL), whose
 connection, turns and time base it uses through their ``call``. The rules it keeps:
 
-1. A round claims up to ``batch`` jobs with one ``claim_many`` and hands them to
-   ``in_flight`` delivery threads, each sending one job at a time (with
+1. A batch is up to ``batch`` jobs claimed with one ``claim_many``, handed at once
+   to ``in_flight`` delivery threads, each sending one job at a time (with
    ``HttpSends``, each on a kept-alive connection of its own). The jobs go out in
    claim order, ``send`` and the classification exactly as ``run_once`` does them
    (``worker.classify_send``), outside any transaction.
-2. Jobs are finished **in groups**, one ``finish_many`` (one commit) for every
+2. **Two batches in a pipeline** (``batch`` > 1). A round takes the batch claimed
+   ahead by the round before (or claims one), claims the next batch as soon as
+   this one's deliveries are handed out, and hands the next one's deliveries to the
+   threads too, behind this one's; then it finishes this one. So the next claim
+   runs while this batch is delivered, and this batch's ``finish_many`` while the
+   next one is: a round costs the larger of the calls and the deliveries, not
+   their sum, and the delivery threads never wait for the queue while a batch is
+   ahead. All the queue's calls stay on the round's thread, one at a time (the
+   queue's connection is one). A round told it is the ``last`` (the courier's
+   stop rules, ``courier.runner``) claims nothing ahead; a batch held ahead when
+   the courier stops is delivered and finished by one more round (``holding``).
+3. Jobs are finished **in groups**, one ``finish_many`` (one commit) for every
    delivery back so far: when the whole batch is back, or earlier once the
    first lease among those waiting has a quarter of the lease left
    (``finish_by``), so that a slow delivery never holds the others past their
    leases; the rest then make a later group. Finishing each as it completes
    would cost a commit every few deliveries, where a group a batch keeps the
    courier's commits at the batch calls' own two a batch, and a crash costs the
-   same either way (rule 4). Each item is judged alone at the time of its group:
+   same either way (rule 5). Each item is judged alone at the time of its group:
    a ticket whose lease has ended comes back ``stale`` and changes nothing.
-3. A delivery starts only while its lease can cover it: if the claim's time plus
+4. A delivery starts only while its lease can cover it: if the claim's time plus
    the time since (the monotonic clock) plus ``timeout_ms`` has reached the
-   ticket's ``lease_until`` (a lease cut short by the job's deadline, or a
-   courier that was stopped), it is not sent and not finished: status
-   ``unsent``, and the job waits for its lease to end. ``courier run`` refuses
-   settings where the batch's deliveries cannot fit in the lease at all
-   (``lease_covers``).
-4. A crash mid-batch leaves each claimed job that was not finished leased until
-   its lease ends; another courier then claims it and sends it again, which the
-   receiver's inbox absorbs.
-5. A finish that meets a busy or unreachable queue is tried again with the next
+   ticket's ``lease_until`` (a lease cut short by the job's deadline, a batch
+   ahead that waited too long, or a courier that was stopped), it is not sent and
+   not finished: status ``unsent``, and the job waits for its lease to end. A job
+   of a batch claimed ahead waits for the deliveries of the batch before it, so
+   one thread may make up to ``waits(batch, in_flight)`` deliveries, each up to
+   the timeout, between a job's claim and the end of its own delivery; ``courier
+   run`` refuses settings where those do not fit in the lease (``lease_covers``).
+5. A crash mid-pipeline leaves each claimed job that was not finished, of both
+   batches (up to twice ``batch``), leased until its lease ends; another courier
+   then claims it and sends it again, which the receiver's inbox absorbs.
+6. A finish that meets a busy or unreachable queue is tried again with the next
    group, and the last group once more (``LAST_TRIES``; a finish is a
    compare-and-set on the ticket, so trying again is safe); if that fails too, or
    anything else fails, the round raises ``courier.runner.PartlyDone`` with the
-   jobs it did finish, and the others wait for their leases. A delivery
-   that raised something unexpected leaves its job leased and, once the others
-   are finished, ends the round the same way.
+   jobs it did finish, and the others wait for their leases (a batch held ahead
+   stays held, for the next round). A delivery that raised something unexpected
+   leaves its job leased and, once the others are finished, ends the round the
+   same way. A claim ahead that fails leaves nothing held: a busy or unreachable
+   queue is met again by the next round's own claim, anything else ends the round
+   as ``PartlyDone`` once this batch is finished.
 """
 
 from __future__ import annotations
@@ -52,7 +69,7 @@ from courier.delivery import Send
 from courier.runner import PartlyDone
 from courier.transient import is_transient
 
-__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waves"]
+__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waits"]
 
 T = TypeVar("T")
 
@@ -77,15 +94,20 @@ class QueueCalls(Protocol):
     def close(self) -> None: ...
 
 
-def waves(batch: int, in_flight: int) -> int:
-    """How many deliveries one delivery thread makes in a batch, at most."""
-    return math.ceil(batch / in_flight)
+def waits(batch: int, in_flight: int) -> int:
+    """How many deliveries, one after another on one delivery thread, may run between a
+    job's claim and the end of its own delivery: one without batches (``batch`` 1); in
+    the pipeline (rule 2), the deliveries of a batch claimed ahead start only behind
+    those of the batch before it, so the two batches' ``2 * batch`` deliveries share the
+    ``in_flight`` threads: ``ceil(2 * batch / in_flight)``."""
+    return 1 if batch == 1 else math.ceil(2 * batch / in_flight)
 
 
 def lease_covers(lease_ms: int, timeout_ms: int, batch: int, in_flight: int) -> bool:
-    """True if a batch's last delivery ends while its lease holds, every delivery
-    taking its whole timeout: ``waves(batch, in_flight) * timeout_ms < lease_ms``."""
-    return waves(batch, in_flight) * timeout_ms < lease_ms
+    """True if a batch's last delivery ends while its lease holds, a batch claimed ahead
+    included, every delivery taking its whole timeout:
+    ``waits(batch, in_flight) * timeout_ms < lease_ms``."""
+    return waits(batch, in_flight) * timeout_ms < lease_ms
 
 
 @dataclass
@@ -96,6 +118,17 @@ class _Delivered:
     outcome: str | None = None
     delay_ms: int = 0
     error: BaseException | None = None
+
+
+@dataclass
+class _Batch:
+    """The jobs of one ``claim_many``, their claim's time on the queue's time base, when
+    it came back (the monotonic clock), and their deliveries as they end."""
+
+    tickets: list[dict[str, Any]]
+    claimed_at: int
+    started: float
+    delivered: queue.SimpleQueue[_Delivered]
 
 
 class _Senders:
@@ -128,16 +161,17 @@ class _Senders:
 
 
 class BatchRounds:
-    """Rounds of up to ``batch`` jobs with up to ``in_flight`` deliveries at once, on
-    the queue ``rounds`` works (``courier.runner.Rounds``; see the module's rules).
+    """Rounds of up to ``batch`` jobs with up to ``in_flight`` deliveries at once, two
+    batches in a pipeline when ``batch`` > 1, on the queue ``rounds`` works
+    (``courier.runner.Rounds``; see the module's rules).
 
     ``timeout_ms`` bounds one delivery (the send's own timeout): a delivery starts
-    only while its lease can cover it (rule 3). ``announce``, if given, is called
+    only while its lease can cover it (rule 4). ``announce``, if given, is called
     with each batch's tickets before its deliveries start (``courier run``'s attempt
     log writes their claimed rows, ``AttemptLog.announcing_batches``); it must not
-    raise. The ``send`` of each round is called
-    from ``in_flight`` threads at once: it must allow that (``HttpSends`` does).
-    ``close`` closes ``rounds`` too.
+    raise. The ``send`` of each round is called from ``in_flight`` threads at once,
+    and a batch claimed ahead is sent with the ``send`` of the round that claimed
+    it: it must allow that (``HttpSends`` does). ``close`` closes ``rounds`` too.
 
     Raises:
         ValueError: ``batch`` is not in 1..MAX_BATCH, ``in_flight`` not in
@@ -164,6 +198,7 @@ class BatchRounds:
         self.timeout_ms = timeout_ms
         self.announce = announce
         self._senders: _Senders | None = None
+        self._ahead: _Batch | None = None  # claimed by the last round, for the next
 
     def now_ms(self) -> int:
         """The time on the queue's time base."""
@@ -173,72 +208,99 @@ class BatchRounds:
         """True if no job is pending or leased."""
         return self.rounds.drained()
 
+    def holding(self) -> bool:
+        """True if a batch claimed ahead waits for the next round (rule 2)."""
+        return self._ahead is not None
+
     def close(self) -> None:
-        """Let the delivery threads end; close the queue's rounds."""
+        """Let the delivery threads end; close the queue's rounds. A batch still held
+        ahead is left to its leases (rule 5)."""
+        self._ahead = None
         if self._senders is not None:
             self._senders.close()
             self._senders = None
         self.rounds.close()
 
     def round(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
-        """Claim up to ``batch`` jobs, deliver them, finish them as they complete: the
-        ``run_once``-shaped results in the order they were finished (``[]`` if
-        nothing was claimable).
+        """Take the batch claimed ahead (or claim one), claim the next one ahead unless
+        this is the ``last`` round or ``batch`` is 1, deliver this batch and finish
+        it in groups: the ``run_once``-shaped results in the order they were finished
+        (``[]`` if nothing was claimable).
 
         Raises:
-            PartlyDone: a finish failed, or a delivery raised something unexpected
-                (its job stays leased), after the results it holds were finished.
-            Anything the claim raises (a busy or unreachable queue included).
+            PartlyDone: a finish failed, a delivery raised something unexpected (its
+                job stays leased), or the claim ahead failed with anything but a busy
+                or unreachable queue, after the results it holds were finished.
+            Anything this round's own claim raises (a busy or unreachable queue
+            included), when no batch was held ahead.
         """
+        current, self._ahead = self._ahead, None
+        if current is None:
+            current = self._claim(owner, send, jitter, lease_ms)
+            if current is None:
+                return []
+        failed_ahead: Exception | None = None
+        if not last and self.batch > 1:
+            try:
+                self._ahead = self._claim(owner, send, jitter, lease_ms)
+            except Exception as error:  # this batch is finished first, whatever it was
+                failed_ahead = error
+        until = current.started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
+
+        def finish_by(waiting: list[_Delivered]) -> float:
+            """When those waiting must be finished, on the monotonic clock (rule 3)."""
+            first = min(done.ticket["lease_until"] for done in waiting)
+            return current.started + float(first - current.claimed_at - lease_ms // 4) / 1000
+
+        count = len(current.tickets)
+        results = self._finish_in_groups(current.delivered, count, until, finish_by)
+        if failed_ahead is not None and not is_transient(failed_ahead):
+            raise PartlyDone(failed_ahead, results)
+        return results
+
+    def _claim(
+        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+    ) -> _Batch | None:
+        """Claim a batch and hand its deliveries to the delivery threads (behind any
+        already handed out); ``None`` if nothing was claimable."""
 
         def claim(module: Any, con: Any, now_ms: int) -> tuple[int, list[dict[str, Any]]]:
             return now_ms, module.claim_many(con, owner, now_ms, self.batch, lease_ms)
 
         claimed_at, tickets = self.rounds.call(claim)
         if not tickets:
-            return []
-        started = time.monotonic()
+            return None
+        claimed = _Batch(tickets, claimed_at, time.monotonic(), queue.SimpleQueue())
         if self.announce is not None:
             self.announce(tickets)
         if self._senders is None:
             self._senders = _Senders(self.in_flight)
-        delivered: queue.SimpleQueue[_Delivered] = queue.SimpleQueue()
         for ticket in tickets:
-            self._senders.run(
-                self._delivery(send, ticket, jitter(), claimed_at, started, delivered)
-            )
-        until = started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
-
-        def finish_by(waiting: list[_Delivered]) -> float:
-            """When those waiting must be finished, on the monotonic clock (rule 2)."""
-            first = min(done.ticket["lease_until"] for done in waiting)
-            return started + float(first - claimed_at - lease_ms // 4) / 1000
-
-        return self._finish_in_groups(delivered, len(tickets), until, finish_by)
+            self._senders.run(self._delivery(send, ticket, jitter(), claimed))
+        return claimed
 
     def _delivery(
-        self,
-        send: Send,
-        ticket: dict[str, Any],
-        drawn: float,
-        claimed_at: int,
-        started: float,
-        delivered: queue.SimpleQueue[_Delivered],
+        self, send: Send, ticket: dict[str, Any], drawn: float, claimed: _Batch
     ) -> Callable[[], None]:
         """One job's delivery, for a delivery thread: sent if its lease can cover it
-        (rule 3), classified as ``run_once`` classifies it, then handed back."""
+        (rule 4), classified as ``run_once`` classifies it, then handed back."""
 
         def deliver() -> None:
             done = _Delivered(ticket)
             try:
-                now_ms = claimed_at + int((time.monotonic() - started) * 1000)
+                now_ms = claimed.claimed_at + int((time.monotonic() - claimed.started) * 1000)
                 if now_ms + self.timeout_ms < ticket["lease_until"]:
                     done.outcome, done.delay_ms = worker.classify_send(send, ticket, drawn)
             except BaseException as error:  # the round's thread decides; the job stays leased
                 done.error = error
-            delivered.put(done)
+            claimed.delivered.put(done)
 
         return deliver
 
@@ -250,7 +312,7 @@ class BatchRounds:
         finish_by: Callable[[list[_Delivered]], float],
     ) -> list[dict[str, Any]]:
         """Take the ``count`` deliveries as they come back and finish them in groups
-        (rule 2); ``until`` bounds the wait for all of them."""
+        (rule 3); ``until`` bounds the wait for all of them."""
         results: list[dict[str, Any]] = []
         waiting: list[_Delivered] = []  # back, not finished yet
         unexpected: BaseException | None = None

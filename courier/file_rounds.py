@@ -129,7 +129,12 @@ class FileRounds:
         return clock_ms()
 
     def round(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
         """One ``run_once`` round with one ``jitter()``: its result, or ``[]`` if
         nothing was claimable. Raises as ``worker.run_file`` does."""
@@ -182,6 +187,10 @@ class FileRounds:
             raise
         finally:
             turn.give_back()
+
+    def holding(self) -> bool:
+        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        return False
 
     def drained(self) -> bool:
         """True if no job is pending or leased (read on a connection of its own)."""

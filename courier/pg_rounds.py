@@ -53,7 +53,12 @@ class PgRounds:
         return now
 
     def round(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
         """One ``pgworker.run_once`` round with one ``jitter()``, on the server's clock:
         its result, or ``[]`` if nothing was claimable."""
@@ -71,6 +76,10 @@ class PgRounds:
         pgworker = backend.queue_module(self.conninfo)
         result: T = self._guarded(lambda con: action(pgworker, con, backend.server_clock_ms(con)))
         return result
+
+    def holding(self) -> bool:
+        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        return False
 
     def drained(self) -> bool:
         """True if no job is pending or leased (read on the kept connection)."""

@@ -27,6 +27,12 @@ Rules this module keeps:
    every pause short.
 7. A round's attempts go to the sink together (``record_many``), at one reading of
    the queue's clock: a batched round (``courier.batch_rounds``) is many attempts.
+8. Rounds may hold jobs from one round to the next (a batch claimed ahead,
+   ``courier.batch_rounds``): the loop tells the round it knows to be the last
+   (``--max-runs``) so that it claims nothing ahead, and when another rule or a stop
+   ends the loop while the rounds are ``holding``, one more ``last`` round delivers
+   and finishes what they hold before the courier stops. So ``max-runs`` counts the
+   rounds exactly, and no stop leaves a claimed job unsent but a crash.
 """
 
 from __future__ import annotations
@@ -85,9 +91,19 @@ class Rounds(Protocol):
         ...
 
     def round(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        last: bool = False,
     ) -> list[dict[str, Any]]:
-        """One round; see the class."""
+        """One round; see the class. ``last``: no round follows, so it must hold
+        nothing for a next one (rule 8)."""
+        ...
+
+    def holding(self) -> bool:
+        """True if jobs claimed by a round wait for the next one (rule 8)."""
         ...
 
     def drained(self) -> bool:
@@ -138,26 +154,36 @@ def _backoff_ms(streak: int, rng: Callable[[], float]) -> int:
 
 @dataclass
 class _Call:
-    """One call of ``send`` in a round: the event it was given and the cause it ended with."""
+    """One call of ``send``: the event it was given, the cause it ended with, the round
+    it was made in, and whether its result was kept (recorded) already."""
 
     event: dict[str, Any]
+    round: int
     cause: Cause | None = None
+    kept: bool = False
 
 
 class _Watched:
-    """``send`` with each call of the current round kept (its cause from ``HttpSend``
-    or from an exception); ``new_round`` forgets the last round's."""
+    """``send`` with each call kept (its cause from ``HttpSend`` or from an exception)
+    until its result is, or for the round it was made in and the next: a job claimed
+    ahead (rule 8) is sent during one round and finished by the next. Calls come
+    from several delivery threads at once."""
 
     def __init__(self, send: Send) -> None:
         self.send = send
-        self.calls: list[_Call] = []
+        self.round = 0
+        self._calls: list[_Call] = []
+        self._lock = threading.Lock()
 
     def new_round(self) -> None:
-        self.calls = []
+        with self._lock:
+            self.round += 1
+            self._calls = [c for c in self._calls if not c.kept and c.round >= self.round - 1]
 
     def __call__(self, event: dict[str, Any]) -> bool:
-        call = _Call(dict(event))
-        self.calls.append(call)
+        call = _Call(dict(event), self.round)
+        with self._lock:
+            self._calls.append(call)
         try:
             acked = self.send(event)
         except BaseException as error:
@@ -167,8 +193,17 @@ class _Watched:
         return acked
 
     def call_of(self, job_id: str) -> _Call | None:
-        """This round's call that delivered ``job_id``, if any."""
-        return next((call for call in self.calls if call.event.get("id") == job_id), None)
+        """The last call not kept yet that delivered ``job_id``, if any."""
+        with self._lock:
+            return next(
+                (c for c in reversed(self._calls) if c.event.get("id") == job_id and not c.kept),
+                None,
+            )
+
+    def unkept(self) -> list[_Call]:
+        """The calls that ended and whose result was not kept."""
+        with self._lock:
+            return [c for c in self._calls if c.cause is not None and not c.kept]
 
 
 def _last_cause(send: Any) -> Cause | None:
@@ -251,22 +286,33 @@ class _Courier:
     rounds: Rounds
     attempts: AttemptSink | None
 
+    def _stop_reason(self, runs: int, started: float) -> str | None:
+        """The stop rule that holds before round ``runs + 1``, if any."""
+        if self.rules.max_runs is not None and runs >= self.rules.max_runs:
+            return "max-runs"
+        if self.stop.is_set():
+            return "stopped"
+        seconds = self.rules.max_seconds
+        if seconds is not None and time.monotonic() - started >= seconds:
+            return "max-seconds"
+        return None
+
     def run(self) -> CourierReport:
         report = CourierReport(self.owner)
         started = time.monotonic()
         last_work = started
         streak = 0
-        runs = itertools.count() if self.rules.max_runs is None else range(self.rules.max_runs)
-        for _ in runs:
-            if self.stop.is_set():
-                report.stop_reason = "stopped"
+        max_runs = self.rules.max_runs
+        # Each pass is a round, or stops: at most max_runs rounds and one more that
+        # finishes what the rounds hold (rule 8), or no bound at all (--forever).
+        for _ in itertools.count() if max_runs is None else range(max_runs + 2):
+            reason = self._stop_reason(report.runs, started)
+            if reason is not None and not self.rounds.holding():
+                report.stop_reason = reason
                 return report
-            seconds = self.rules.max_seconds
-            if seconds is not None and time.monotonic() - started >= seconds:
-                report.stop_reason = "max-seconds"
-                return report
+            last = reason is not None or (max_runs is not None and report.runs + 1 >= max_runs)
             report.runs += 1
-            results = self._round(report)
+            results = self._round(report, last)
             if results is None:  # busy or unreachable
                 streak += 1
                 pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
@@ -285,15 +331,15 @@ class _Courier:
                 return report
             streak += 1
             pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
-        report.stop_reason = "max-runs"
+        report.stop_reason = self._stop_reason(report.runs, started) or "max-runs"
         return report
 
-    def _round(self, report: CourierReport) -> list[dict[str, Any]] | None:
-        """One round: its results (``[]``: nothing claimable), or ``None`` if the queue
-        was busy or out of reach."""
+    def _round(self, report: CourierReport, last: bool) -> list[dict[str, Any]] | None:
+        """One round (the ``last`` one, rule 8): its results (``[]``: nothing
+        claimable), or ``None`` if the queue was busy or out of reach."""
         self.send.new_round()
         try:
-            results = self.rounds.round(self.owner, self.send, self.rng, self.lease_ms)
+            results = self.rounds.round(self.owner, self.send, self.rng, self.lease_ms, last)
         except Exception as raised:
             error, finished = (
                 (raised.error, raised.results) if isinstance(raised, PartlyDone) else (raised, [])
@@ -301,11 +347,7 @@ class _Courier:
             self._keep(report, finished)
             if not is_transient(error):
                 settled = {result["id"] for result in finished}
-                failed = [
-                    c
-                    for c in self.send.calls
-                    if c.cause is not None and c.event.get("id") not in settled
-                ]
+                failed = [c for c in self.send.unkept() if c.event.get("id") not in settled]
                 self._record([(call, None) for call in failed])
                 if error is raised:
                     raise
@@ -320,6 +362,9 @@ class _Courier:
     def _keep(self, report: CourierReport, results: list[dict[str, Any]]) -> None:
         """Keep, record and log the results of a round."""
         calls = [self.send.call_of(result["id"]) for result in results]
+        for call in calls:
+            if call is not None:
+                call.kept = True
         report.results.extend(results)
         self._record(list(zip(calls, results, strict=True)))
         for call, result in zip(calls, results, strict=True):

@@ -4,7 +4,8 @@
 Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event,
 timestamped, an unchanged failure folded into a count (``courier.log_lines``).
 ``run`` refuses a send timeout that could outlast the lease, counting the
-deliveries a batch makes one after another on each delivery thread
+deliveries that may run one after another on a delivery thread between a job's claim
+and the end of its own delivery, a batch claimed ahead's wait included
 (``send_timeout_ms``), and waits for a busy or unreachable queue at its start as it
 does later.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 from courier import backend, bulk
 from courier.attempts import AttemptLog
-from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waves
+from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waits
 from courier.commands.connection import transient_trouble, wait_for_queue
 from courier.commands.options import (
     MAX_LEASE_MS,
@@ -76,7 +77,10 @@ def run_options(run: argparse.ArgumentParser) -> None:
     option(run, "--owner", "NAME", str, "this courier's name (an identifier)", required=True)
     lease = "lease per claim; after it another courier may take the job (default %(default)s)"
     option(run, "--lease-ms", "MS", integer, lease, 1000)
-    timeout = "HTTP timeout, below the lease (default: 3/4 of the lease, shared by a batch's waves)"
+    timeout = (
+        "HTTP timeout, below the lease (default: 3/4 of the lease, shared by the deliveries "
+        "of two batches in a row on one delivery thread, with --batch)"
+    )
     option(run, "--timeout-ms", "MS", integer, timeout)
     batch = f"jobs a round claims at once with claim_many, 1..{MAX_BATCH} (default %(default)s)"
     option(run, "--batch", "N", integer, batch, 1)
@@ -152,10 +156,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def default_timeout_ms(lease_ms: int, waves_of_batch: int = 1) -> int:
-    """An HTTP timeout that leaves a quarter of the lease to record the outcome, once
-    each delivery thread has made its ``waves_of_batch`` deliveries one after another."""
-    return max(1, lease_ms * 3 // (4 * waves_of_batch))
+def default_timeout_ms(lease_ms: int, in_a_row: int = 1) -> int:
+    """An HTTP timeout that leaves a quarter of the lease to record the outcome, once a
+    delivery thread has made ``in_a_row`` deliveries one after another
+    (``courier.batch_rounds.waits``)."""
+    return max(1, lease_ms * 3 // (4 * in_a_row))
 
 
 def batch_settings(args: argparse.Namespace) -> tuple[int, int]:
@@ -202,17 +207,20 @@ def run_stop_rules(args: argparse.Namespace) -> StopRules:
 
 
 def send_timeout_ms(args: argparse.Namespace) -> int:
-    """The send timeout, refused unless the batch's last delivery ends while its lease
-    still holds: each delivery thread makes ``waves(batch, in_flight)`` deliveries one
-    after another, each up to the timeout, all under the lease taken at the claim."""
+    """The send timeout, refused unless a batch's last delivery ends while its lease
+    still holds: between a job's claim and the end of its own delivery, a delivery
+    thread may make ``waits(batch, in_flight)`` deliveries one after another (a batch
+    claimed ahead waits for the one before it), each up to the timeout, all under the
+    lease taken at the claim."""
     lease_ms = args.lease_ms
     batch, in_flight = batch_settings(args)
-    rows = waves(batch, in_flight)
+    rows = waits(batch, in_flight)
     if args.timeout_ms is None:
         if not lease_covers(lease_ms, default_timeout_ms(lease_ms, rows), batch, in_flight):
             raise ValueError(
                 f"--lease-ms {lease_ms} cannot cover {rows} deliveries in a row "
-                f"(--batch {batch}, --in-flight {in_flight}): raise --lease-ms or --in-flight"
+                f"(--batch {batch}, --in-flight {in_flight}, a batch claimed ahead waiting "
+                "for the one before it): raise --lease-ms or --in-flight"
             )
         return default_timeout_ms(lease_ms, rows)
     timeout_ms = bulk.check_int("--timeout-ms", args.timeout_ms, 1, MAX_LEASE_MS, "ms")
@@ -226,13 +234,14 @@ def send_timeout_ms(args: argparse.Namespace) -> int:
         )
     if not lease_covers(lease_ms, timeout_ms, batch, in_flight):
         raise ValueError(
-            f"unsafe: --batch {batch} with --in-flight {in_flight} makes up to {rows} "
-            f"deliveries in a row on each delivery thread, {rows} x --timeout-ms {timeout_ms} = "
-            f"{rows * timeout_ms} ms, which is not below --lease-ms {lease_ms}. The batch's last "
-            "deliveries could outlast their leases: another courier would claim those jobs and "
-            "send them again while this one still waits, and their outcomes could never be "
-            f"recorded. Raise --lease-ms above {rows * timeout_ms}, raise --in-flight, or lower "
-            f"--timeout-ms (default: 3/4 of the lease over {rows}, "
+            f"unsafe: --batch {batch} with --in-flight {in_flight} claims the next batch while "
+            "one is delivered, and the next one's deliveries wait behind this one's: up to "
+            f"{rows} deliveries in a row on a delivery thread after a claim, {rows} x "
+            f"--timeout-ms {timeout_ms} = {rows * timeout_ms} ms, which is not below --lease-ms "
+            f"{lease_ms}. A batch's last deliveries could outlast their leases: another courier "
+            "would claim those jobs and send them again while this one still waits, and their "
+            f"outcomes could never be recorded. Raise --lease-ms above {rows * timeout_ms}, "
+            f"raise --in-flight, or lower --timeout-ms (default: 3/4 of the lease over {rows}, "
             f"{default_timeout_ms(lease_ms, rows)})"
         )
     return timeout_ms

@@ -26,7 +26,7 @@ import pytest
 
 import worker
 from courier import attempts, queueview
-from courier.batch_rounds import lease_covers, waves
+from courier.batch_rounds import lease_covers, waits
 from courier.cli import EXIT_USAGE, main
 from courier.clock import clock_ms
 from courier.commands.services import default_timeout_ms
@@ -164,6 +164,97 @@ def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_
     assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
 
 
+class _SignalSenderOnceAhead:
+    """Sends ``signum`` to the courier process ``pid`` (set once it runs) right after
+    the inbox committed its ``count``-th delivery, before that delivery's answer, once
+    the queue file shows ``leased`` jobs leased (the batch claimed ahead among them)."""
+
+    def __init__(self, queue: Path, count: int, leased: int, signum: int) -> None:
+        self.queue, self.count, self.leased, self.signum = queue, count, leased, signum
+        self.pid: int | None = None
+        self.seen = 0
+        self.sent = False
+        self.lock = threading.Lock()
+
+    def before_apply(self, delivery_id: str, sender: str | None) -> _SignalSenderOnceAhead:
+        return self
+
+    def refusal(self) -> None:
+        return None
+
+    def after_commit(self, verdict: str) -> bool:
+        with self.lock:
+            self.seen += 1
+            if self.seen == self.count and self.pid is not None:
+                wait_until(f"{self.leased} jobs leased", lambda: self._leased() >= self.leased)
+                os.kill(self.pid, self.signum)
+                self.sent = True
+        return True
+
+    def _leased(self) -> int:
+        return sum(row["status"] == "leased" for row in jobs_of(self.queue).values())
+
+
+def test_a_courier_killed_mid_pipeline_leaves_both_batches_leased_and_another_recovers_them(
+    tmp_path: Path, children: Children
+) -> None:
+    """Killed while its first batch is delivered and its second is claimed ahead: both
+    batches (twice --batch) wait for their leases; another courier then delivers them,
+    the inbox absorbing the re-sends of those the receiver had applied."""
+    queue, ids = queue_of(tmp_path, 16)
+    killer = _SignalSenderOnceAhead(queue, 3, 8, signal.SIGKILL)
+    with Receiver(tmp_path / "inbox.sqlite", interference=killer) as receiver:
+        options = ("--batch", "4", "--in-flight", "2", "--lease-ms", "3000")
+        log1 = tmp_path / "c1.log"
+        c1 = children.start([*run_argv(queue, receiver.url, "c1", *options)], log1)
+        killer.pid = c1.pid
+        assert c1.wait(timeout=WAIT_S) == -signal.SIGKILL, log1.read_text()
+        rows = jobs_of(queue)
+        leased = {job_id for job_id, row in rows.items() if row["status"] == "leased"}
+        assert leased == set(ids[:8]), "the batch in flight and the one claimed ahead"
+        assert {(rows[job_id]["owner"], rows[job_id]["token"]) for job_id in leased} == {("c1", 1)}
+        assert {rows[job_id]["status"] for job_id in ids[8:]} == {"pending"}
+        applied = effects_by_id(receiver.inbox.path)
+        assert len(applied) >= 3 and set(applied) <= set(ids[:4])
+        killer.count = 0  # signals no more
+        log2 = tmp_path / "c2.log"
+        c2 = children.start(
+            [*run_argv(queue, receiver.url, "c2", *options), "--until-drained"], log2
+        )
+        assert c2.wait(timeout=WAIT_S) == 0, log2.read_text()
+        summary = receiver.inbox.summary()
+    rows = jobs_of(queue)
+    assert {row["status"] for row in rows.values()} == {"done"}
+    assert {rows[job_id]["token"] for job_id in ids[:8]} == {2}, "claimed again after the lease"
+    assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
+    by_id = {row["id"]: row for row in summary["rows"]}
+    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
+    assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
+
+
+def test_sigterm_mid_pipeline_delivers_the_batch_held_ahead_then_stops(
+    tmp_path: Path, children: Children
+) -> None:
+    """SIGTERM while a batch is delivered and the next is claimed ahead: the courier
+    delivers and finishes both, then stops cleanly; nothing stays leased."""
+    queue, ids = queue_of(tmp_path, 40)
+    stopper = _SignalSenderOnceAhead(queue, 3, 8, signal.SIGTERM)
+    with Receiver(tmp_path / "inbox.sqlite", interference=stopper) as receiver:
+        options = ("--batch", "4", "--in-flight", "2", "--lease-ms", "4000", "--forever")
+        log = tmp_path / "c1.log"
+        courier = children.start([*run_argv(queue, receiver.url, "c1", *options)], log)
+        stopper.pid = courier.pid
+        assert courier.wait(timeout=WAIT_S) == 0, log.read_text()
+    assert stopper.sent
+    text = log.read_text()
+    assert "c1: stopped (stopped)" in text, text
+    rows = jobs_of(queue)
+    done = {job_id for job_id, row in rows.items() if row["status"] == "done"}
+    assert {row["status"] for row in rows.values()} <= {"done", "pending"}, "none leased"
+    assert set(ids[:8]) <= done and len(done) % 4 == 0, sorted(done)
+    assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(sorted(done), 1)
+
+
 # --- A receiver killed between its group commit and its answers --------------------------
 
 
@@ -287,10 +378,10 @@ def test_a_delivery_its_lease_cannot_cover_is_not_sent(
     queue = tmp_path / "queue.sqlite"
     con = worker.open_queue(queue)
     assert worker.enqueue_many(con, [{"id": "long", "qty": 1}], clock_ms(), 60_000) == [True]
-    # A deadline 20 s away: far beyond the courier's start, far below its 30 s timeout.
+    # A deadline 20 s away: far beyond the courier's start, below its 25 s timeout.
     assert worker.enqueue_many(con, [{"id": "short", "qty": 1}], clock_ms(), 20_000) == [True]
     con.close()
-    options = ("--batch", "2", "--in-flight", "2", "--lease-ms", "60000", "--timeout-ms", "30000")
+    options = ("--batch", "2", "--in-flight", "2", "--lease-ms", "60000", "--timeout-ms", "25000")
     done = subprocess.run(
         [*run_argv(queue, receiver.url, "c1", *options), "--max-runs", "1"],
         capture_output=True,
@@ -321,8 +412,11 @@ def refused(capsys: pytest.CaptureFixture[str], *options: str) -> str:
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        (("--batch", "64", "--in-flight", "16", "--timeout-ms", "300"), "4 x --timeout-ms 300"),
-        (("--batch", "4", "--in-flight", "2", "--timeout-ms", "500"), "2 x --timeout-ms 500"),
+        (("--batch", "64", "--in-flight", "16", "--timeout-ms", "300"), "8 x --timeout-ms 300"),
+        (("--batch", "4", "--in-flight", "2", "--timeout-ms", "250"), "4 x --timeout-ms 250"),
+        # a batch's own waves fit, the batch claimed ahead's wait does not
+        (("--batch", "8", "--in-flight", "8", "--timeout-ms", "500"), "2 x --timeout-ms 500"),
+        (("--batch", "3", "--in-flight", "2", "--timeout-ms", "334"), "3 x --timeout-ms 334"),
         (("--batch", "8", "--in-flight", "16"), "--in-flight 16 is more than --batch 8"),
         (
             (
@@ -361,9 +455,11 @@ def test_settings_whose_lease_cannot_cover_the_batch_are_refused(
 @pytest.mark.parametrize(
     "options",
     [
-        ("--batch", "4", "--in-flight", "2", "--timeout-ms", "499"),
+        ("--batch", "4", "--in-flight", "2", "--timeout-ms", "249"),
         ("--batch", "64", "--in-flight", "16"),  # the default timeout fits the lease
-        ("--batch", "8", "--in-flight", "8", "--timeout-ms", "999"),
+        ("--batch", "8", "--in-flight", "8", "--timeout-ms", "499"),
+        ("--batch", "3", "--in-flight", "2", "--timeout-ms", "333"),  # ceil(6 / 2): 3 in a row
+        ("--timeout-ms", "999"),  # one job a round: nothing claimed ahead
     ],
 )
 def test_settings_whose_lease_covers_the_batch_go_on_to_the_queue(
@@ -372,14 +468,16 @@ def test_settings_whose_lease_covers_the_batch_go_on_to_the_queue(
     assert "no queue file" in refused(capsys, *options)
 
 
-def test_the_default_timeout_leaves_a_quarter_of_the_lease_after_every_wave() -> None:
+def test_the_default_timeout_leaves_a_quarter_of_the_lease_after_two_batches() -> None:
     for batch, in_flight in ((1, 1), (64, 16), (64, 1), (10, 3), (1000, 7)):
-        rows = waves(batch, in_flight)
+        rows = waits(batch, in_flight)
         timeout_ms = default_timeout_ms(4000, rows)
         assert lease_covers(4000, timeout_ms, batch, in_flight)
         assert rows * timeout_ms <= 3000 < rows * (timeout_ms + 1) + rows
+    # two batches' deliveries share the threads: a batch claimed ahead waits behind one
+    assert [waits(b, m) for b, m in ((1, 1), (2, 2), (64, 16), (10, 3), (3, 2))] == [1, 2, 8, 7, 3]
     assert default_timeout_ms(1000) == 750  # today's, one job a round
-    assert not lease_covers(1000, 250, 8, 2) and lease_covers(1000, 249, 8, 2)
+    assert not lease_covers(1000, 125, 8, 2) and lease_covers(1000, 124, 8, 2)
 
 
 def test_an_exited_courier_leaves_no_child(tmp_path: Path) -> None:

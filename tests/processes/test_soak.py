@@ -144,7 +144,8 @@ def test_the_short_soak_passes_every_check(short_soak: Soak) -> None:
 
 
 # The couriers in batches (issue 33): small enough that a batch is often cut by a kill
-# mid-batch, with a lease that covers its waves (``courier run``'s default timeout).
+# mid-batch, with a lease that covers two batches' deliveries in a row (``courier run``'s
+# default timeout).
 BATCH_OPTIONS = ("--batch", 8, "--in-flight", 4, "--lease-ms", 2000)
 
 
