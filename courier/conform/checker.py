@@ -19,7 +19,6 @@ undoing every event) and then, on each ``poll``, the transactions committed sinc
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +35,6 @@ __all__ = ["Checker", "Feed", "Finding", "check_all", "rules_for"]
 
 READ_LIMIT = 20_000
 _A = {"enqueue": "an enqueue", "claim": "a claim", "finish": "a finish", "redrive": "a redrive"}
-GAP_WAIT_S = 5.0  # a commit number still missing after this long belongs to a rollback
 
 
 @dataclass
@@ -293,8 +291,7 @@ class Feed:
         self.postgres = backend.is_conninfo(target)
         self.con = backend.connect_existing(target)
         self.position = 0
-        self._seen: set[int] = set()  # PostgreSQL: commit numbers above position, checked
-        self._gap_since: float | None = None
+        self._cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
 
     def close(self) -> None:
         self.con.close()
@@ -306,7 +303,7 @@ class Feed:
             NotInstalled: the queue has no feed (or only part of one).
         """
         if self.postgres:
-            rows, blocks = postgres_feed.snapshot(self.con)
+            rows, blocks = postgres_feed.snapshot(self.con, self._cursor)
             events = [event for block in blocks for event in block.events]
         else:
             rows, events = sqlite_feed.snapshot(self.con)
@@ -317,9 +314,7 @@ class Feed:
     def poll(self) -> list[Block]:
         """The blocks committed since the last read, in commit order."""
         if self.postgres:
-            blocks = postgres_feed.read_blocks(
-                self.con, self.position, sorted(self._seen), READ_LIMIT
-            )
+            blocks = postgres_feed.read_blocks(self.con, self._cursor)
         else:
             blocks = self._sqlite_blocks()
         self._advance(blocks)
@@ -350,26 +345,10 @@ class Feed:
             limit *= 2
 
     def _advance(self, blocks: list[Block]) -> None:
-        if not self.postgres:
-            if blocks:
-                self.position = blocks[-1].position
-            return
-        self._seen.update(block.position for block in blocks)
-        while self.position + 1 in self._seen:
-            self.position += 1
-            self._seen.discard(self.position)
-        if not self._seen:
-            self._gap_since = None
-            return
-        # A number below a checked one is missing: its transaction is still committing,
-        # or rolled back after its commit trigger ran. Wait a while, then go past it.
-        now = time.monotonic()
-        if self._gap_since is None:
-            self._gap_since = now
-        elif now - self._gap_since > GAP_WAIT_S:
-            self.position = min(self._seen) - 1
-            self._gap_since = None
-            self._advance([])
+        if self.postgres:
+            self.position = self._cursor.position
+        elif blocks:
+            self.position = blocks[-1].position
 
 
 def check_all(target: backend.Target, rules: Rules) -> tuple[Checker, int]:

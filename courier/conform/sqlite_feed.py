@@ -35,13 +35,10 @@ SLOTS = len(COLUMNS[JOBS])
 _BEFORE = tuple(f"b{n}" for n in range(SLOTS))
 _AFTER = tuple(f"a{n}" for n in range(SLOTS))
 # SQLite's 'now' in whole milliseconds: one reading per statement step.
-_CLOCK = (
-    "(CAST(strftime('%s', 'now') AS INTEGER) * 1000"
-    " + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER))"
-)
+_CLOCK = "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 
 _CREATE_EVENTS = f"""CREATE TABLE IF NOT EXISTS {EVENTS} (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  seq INTEGER PRIMARY KEY,
   changes INTEGER NOT NULL, at_ms INTEGER NOT NULL, tbl TEXT NOT NULL, op TEXT NOT NULL,
   {", ".join(_BEFORE)}, {", ".join(_AFTER)})"""
 
