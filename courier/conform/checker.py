@@ -34,6 +34,7 @@ from courier.transient import is_busy
 __all__ = ["Checker", "Feed", "Finding", "check_all", "rules_for"]
 
 READ_LIMIT = 20_000
+POLL_PATIENCE_S = 1.0  # a poll of a file gives up after this long busy (the next one reads)
 _A = {"enqueue": "an enqueue", "claim": "a claim", "finish": "a finish", "redrive": "a redrive"}
 
 
@@ -293,6 +294,8 @@ class Feed:
         self.rules = rules
         self.postgres = backend.is_conninfo(target)
         self.con = backend.connect_existing(target)
+        if not self.postgres:
+            self.con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
         self.position = 0
         self._cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
 
@@ -324,22 +327,22 @@ class Feed:
         return blocks
 
     def _sqlite_blocks(self) -> list[Block]:
-        """What committed since the last read; nothing when the file was busy (writers
-        kept their locks past the 1 s busy timeout): the next poll reads it."""
+        """What committed since the last read; nothing when writers kept the file's lock
+        for ``POLL_PATIENCE_S``: the next poll reads it."""
         limit = READ_LIMIT
+
+        def read(con: sqlite3.Connection) -> list[Event]:
+            if not sqlite_feed.installed(con):
+                raise NotInstalled("the change feed was removed from this queue")
+            return sqlite_feed.read_events(con, self.position, limit)
+
         while True:
-            self.con.execute("BEGIN")
             try:
-                if not sqlite_feed.installed(self.con):
-                    raise NotInstalled("the change feed was removed from this queue")
-                events = sqlite_feed.read_events(self.con, self.position, limit)
+                events = sqlite_feed.read_transaction(self.con, read, POLL_PATIENCE_S)
             except sqlite3.OperationalError as error:
                 if is_busy(error):
                     return []
                 raise
-            finally:
-                if self.con.in_transaction:
-                    self.con.execute("COMMIT")
             blocks = sqlite_feed.blocks(events)
             if len(events) < limit:
                 return blocks
