@@ -4,8 +4,8 @@
 one trigger function per table and ``AFTER ... FOR EACH STATEMENT`` triggers on ``jobs``
 and ``redrives``. Each statement that changes rows writes, from its transition tables and
 in one ``INSERT ... SELECT``, one event per changed row: the writer's transaction id
-(``pg_current_xact_id()``), its server process, the server's clock, and the row before and
-after in typed columns of their own (``b_``/``a_`` for a job, ``rb_``/``ra_`` for a
+(``pg_current_xact_id_if_assigned()``), its server process, the server's clock, and the
+row before and after in typed columns of their own (``b_``/``a_`` for a job, ``rb_``/``ra_`` for a
 redrive): no JSON is built, and the reader gets plain values. A transaction that rolls
 back leaves no event.
 
@@ -76,7 +76,11 @@ _PARTS = (
 
 
 def _record(table: str) -> str:
-    """The trigger function of ``table``: one ``INSERT ... SELECT`` per statement."""
+    """The trigger function of ``table``: one ``INSERT ... SELECT`` per statement.
+
+    A statement that changed a row has a transaction id already; one that changed none
+    (a claim that found nothing) writes no event, and asking for the id only if assigned
+    keeps it from making a read-only transaction write a commit record."""
     before, after = _slots(table, 0), _slots(table, 1)
     columns = COLUMNS[table]
     head = "INSERT INTO conform_events (xid, pid, tbl, op, at_ms"
@@ -92,7 +96,7 @@ def _record(table: str) -> str:
     return f"""CREATE FUNCTION conform_{table}() RETURNS trigger LANGUAGE plpgsql
   SET search_path FROM CURRENT AS $$
 DECLARE
-  txn bigint := pg_current_xact_id()::text::bigint;
+  txn bigint := pg_current_xact_id_if_assigned()::text::bigint;
   at bigint := {_CLOCK};
 BEGIN
   IF TG_OP = 'UPDATE' THEN
