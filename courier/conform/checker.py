@@ -297,7 +297,7 @@ class Feed:
         if not self.postgres:
             self.con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
         self.position = 0
-        self._cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
+        self.cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
 
     def close(self) -> None:
         self.con.close()
@@ -309,7 +309,7 @@ class Feed:
             NotInstalled: the queue has no feed (or only part of one).
         """
         if self.postgres:
-            rows, blocks = postgres_feed.snapshot(self.con, self._cursor)
+            rows, blocks = postgres_feed.snapshot(self.con, self.cursor)
             events = [event for block in blocks for event in block.events]
         else:
             rows, events = sqlite_feed.snapshot(self.con)
@@ -320,7 +320,7 @@ class Feed:
     def poll(self) -> list[Block]:
         """The blocks committed since the last read, in commit order."""
         if self.postgres:
-            blocks = postgres_feed.read_blocks(self.con, self._cursor)
+            blocks = postgres_feed.read_blocks(self.con, self.cursor)
         else:
             blocks = self._sqlite_blocks()
         self._advance(blocks)
@@ -352,7 +352,7 @@ class Feed:
 
     def _advance(self, blocks: list[Block]) -> None:
         if self.postgres:
-            self.position = self._cursor.position
+            self.position = self.cursor.top
         elif blocks:
             self.position = blocks[-1].position
 

@@ -265,6 +265,11 @@ class Cursor:
     xids: dict[int, int] = field(default_factory=dict)
     waits: list[tuple[int, int]] = field(default_factory=list)
 
+    @property
+    def top(self) -> int:
+        """The highest number read (where the feed ended, as far as this reader knows)."""
+        return max(self.above, default=self.position)
+
     def advance(self, events: Iterable[tuple[int, int]], xmin: int, xmax: int) -> None:
         """Take the (number, xid) of the events just read, under a snapshot whose oldest
         open transaction is ``xmin`` and whose next transaction id is ``xmax``."""

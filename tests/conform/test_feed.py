@@ -170,14 +170,14 @@ def test_postgres_checks_each_transaction_as_it_becomes_visible(
                 checker.check(block)
             slow.commit()
         waited = 0
-        while feed.position < 3 and waited < 100:  # other sessions' transactions may be open
+        while feed.cursor.position < 3 and waited < 100:  # other sessions' may be open
             blocks += feed.poll()
             waited += 1
             time.sleep(0.05)
         for block in blocks[1:]:
             checker.check(block)
         assert [[e.after[1] for e in b.events if e.after] for b in blocks] == [["b"], ["slow"]]
-        assert feed.position == 3 and checker.transactions == 2
+        assert (feed.cursor.position, feed.position, checker.transactions) == (3, 3, 2)
     finally:
         feed.close()
         fed.close()
