@@ -177,10 +177,10 @@ _LOCK = "LOCK TABLE jobs, redrives IN SHARE ROW EXCLUSIVE MODE"
 
 _SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
 _SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
-# The events above a number not yet read, and (the same snapshot) the oldest transaction
-# still open and the next transaction id: what a gap's owner may be (``Cursor``).
+# The events above the highest number read or missed below it, and (the same snapshot)
+# the oldest transaction still open and the next transaction id (``Cursor``).
 _SELECT_EVENTS = f"""SELECT seq, xid, pid, tbl, op, at_ms, {", ".join(_SLOTS)}
-  FROM conform_events WHERE seq > %(after)s AND NOT xid = ANY(%(seen)s::bigint[])
+  FROM conform_events WHERE seq > %(top)s OR seq = ANY(%(missing)s::bigint[])
   ORDER BY seq"""
 _SELECT_HORIZON = """SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint
   FROM pg_current_snapshot() AS s"""
@@ -253,39 +253,38 @@ def _event(row: tuple[Any, ...]) -> Event:
 
 @dataclass
 class Cursor:
-    """How far a reader has read the feed: every number up to ``position`` is read or
-    belonged to a rolled-back transaction; ``above`` are the numbers read beyond it,
-    ``xids`` the transactions read that have events beyond it (with their last number),
-    and ``waits`` the gaps' checkpoints: (the highest number read when a gap was seen, the
-    server's next transaction id then). Once the oldest open transaction is at or past a
-    checkpoint's id, every number still missing below its number was rolled back."""
+    """How far a reader has read the feed: ``top`` is the highest event number read, and
+    ``missing`` the numbers below it not read yet (their transactions were still open,
+    or rolled back); ``waits`` are the gaps' checkpoints: (``top`` when a number was first
+    missed, the server's next transaction id then). Once the oldest open transaction is
+    at or past a checkpoint's id, every number still missing up to its ``top`` belonged
+    to a rolled-back transaction and is forgotten. What a read asks for is bounded by
+    what is new and what is still open, not by how long something has stayed open."""
 
-    position: int = 0
-    above: set[int] = field(default_factory=set)
-    xids: dict[int, int] = field(default_factory=dict)
+    top: int = 0
+    missing: set[int] = field(default_factory=set)
     waits: list[tuple[int, int]] = field(default_factory=list)
 
     @property
-    def top(self) -> int:
-        """The highest number read (where the feed ended, as far as this reader knows)."""
-        return max(self.above, default=self.position)
+    def position(self) -> int:
+        """Every number up to here is read or belonged to a rolled-back transaction."""
+        return min(self.missing) - 1 if self.missing else self.top
 
-    def advance(self, events: Iterable[tuple[int, int]], xmin: int, xmax: int) -> None:
-        """Take the (number, xid) of the events just read, under a snapshot whose oldest
-        open transaction is ``xmin`` and whose next transaction id is ``xmax``."""
-        for number, xid in events:
-            self.above.add(number)
-            self.xids[xid] = max(number, self.xids.get(xid, 0))
+    def advance(self, numbers: Iterable[int], xmin: int, xmax: int) -> None:
+        """Take the numbers of the events just read (in order), under a snapshot whose
+        oldest open transaction is ``xmin`` and whose next transaction id is ``xmax``."""
+        for number in numbers:
+            if number > self.top:
+                self.missing.update(range(self.top + 1, number))
+                self.top = number
+            else:
+                self.missing.discard(number)
         settled = max((top for top, next_xid in self.waits if next_xid <= xmin), default=0)
         self.waits = [(top, next_xid) for top, next_xid in self.waits if next_xid > xmin]
-        while self.position + 1 in self.above or self.position < settled:
-            self.position += 1
-            self.above.discard(self.position)
-        if self.above:
-            top = max(self.above)
-            if not self.waits or self.waits[-1][0] < top:
-                self.waits.append((top, xmax))
-        self.xids = {x: last for x, last in self.xids.items() if last > self.position}
+        if settled:
+            self.missing = {number for number in self.missing if number > settled}
+        if self.missing and (not self.waits or self.waits[-1][0] < self.top):
+            self.waits.append((self.top, xmax))
 
 
 def blocks_from_rows(rows: list[tuple[Any, ...]]) -> list[Block]:
@@ -335,9 +334,9 @@ def _read(con: Any, cursor: Cursor) -> list[Block]:
     ``cursor`` last read, and the cursor moved past them."""
     xmin, xmax = con.execute(_SELECT_HORIZON).fetchone()
     rows = con.execute(
-        _SELECT_EVENTS, {"after": cursor.position, "seen": list(cursor.xids)}
+        _SELECT_EVENTS, {"top": cursor.top, "missing": sorted(cursor.missing)}
     ).fetchall()
-    cursor.advance(((row[0], row[1]) for row in rows), xmin, xmax)
+    cursor.advance((row[0] for row in rows), xmin, xmax)
     return blocks_from_rows(rows)
 
 

@@ -135,15 +135,16 @@ def test_a_queue_without_a_feed_is_refused(tmp_path: Path) -> None:
 
 def test_a_cursor_passes_a_missing_number_once_its_owners_have_ended() -> None:
     cursor = Cursor()
-    cursor.advance([(1, 100), (3, 102)], xmin=101, xmax=103)  # 2: open, or rolled back
-    assert (cursor.position, cursor.xids) == (1, {102: 3})
+    cursor.advance([1, 3], xmin=101, xmax=103)  # 2: still open, or rolled back
+    assert (cursor.position, cursor.top, cursor.missing) == (1, 3, {2})
     cursor.advance([], xmin=102, xmax=104)  # its owner (below 103) may still be open
     assert cursor.position == 1
-    cursor.advance([(2, 101)], xmin=104, xmax=104)  # it committed after all
-    assert (cursor.position, cursor.above, cursor.xids) == (3, set(), {})
-    cursor.advance([(5, 104)], xmin=104, xmax=105)  # 4 missing
-    cursor.advance([], xmin=105, xmax=106)  # every transaction below 105 has ended
-    assert (cursor.position, cursor.above, cursor.waits) == (5, set(), [])
+    cursor.advance([2], xmin=104, xmax=104)  # it committed after all
+    assert (cursor.position, cursor.missing, cursor.waits) == (3, set(), [])
+    cursor.advance([6], xmin=104, xmax=105)  # 4 and 5 missing
+    assert (cursor.position, cursor.missing) == (3, {4, 5})
+    cursor.advance([5, 7], xmin=105, xmax=106)  # every transaction below 105 has ended
+    assert (cursor.position, cursor.top, cursor.missing, cursor.waits) == (7, 7, set(), [])
 
 
 def test_postgres_checks_each_transaction_as_it_becomes_visible(
