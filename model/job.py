@@ -17,6 +17,7 @@ line of each docstring is what ``docs/state-machine.md`` prints for it.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -47,6 +48,7 @@ ROW_FIELDS = (
     "lease_until",
     "reason",
 )
+_ROW = operator.attrgetter(*ROW_FIELDS)  # the row in one call (the checker asks often)
 
 BOUNDARIES = ("available_at", "deadline", "lease_until")
 """The row's times. Every guard compares the call's ``now_ms`` with one of them (or
@@ -102,7 +104,7 @@ class Job:
 
     def row(self) -> JobRow:
         """The job as a row of the ``jobs`` table, in column order."""
-        return cast(JobRow, tuple(getattr(self, field) for field in ROW_FIELDS))
+        return cast(JobRow, _ROW(self))
 
     def restore(self, row: JobRow) -> None:
         """Put back every field, the lifecycle state included, from ``row()``."""

@@ -233,21 +233,34 @@ def check_arguments(**arguments: object) -> None:
         _check(name, ARGUMENT_RULES[name], value, arguments)
 
 
-def _check(name: str, rule: Rule, value: object, arguments: Mapping[str, object]) -> None:
-    """Check ``value`` against ``rule``; a record or batch part by part, each part named."""
+def _check(
+    name: str,
+    rule: Rule,
+    value: object,
+    arguments: Mapping[str, object],
+    path: tuple[object, ...] = (),
+) -> None:
+    """Check ``value`` against ``rule``; a record or batch part by part, each part named
+    (``name`` and the ``path`` of keys and indexes to the part, spelled out only in an
+    error: checking is what the conformance checker does for every step it judges)."""
     if isinstance(rule, Record):
         if not rule.has_shape(value):
-            raise malformed(name, str(rule), value)
+            raise malformed(_named(name, path), str(rule), value)
         record = cast(dict[str, object], value)
         for key, field in rule.fields.items():
-            _check(f"{name}[{key!r}]", field, record[key], record)
+            _check(name, field, record[key], record, (*path, key))
     elif isinstance(rule, Batch):
         if not rule.has_shape(value):
-            raise malformed(name, str(rule), value)
+            raise malformed(_named(name, path), str(rule), value)
         for index, item in enumerate(cast(list[object], value)):
-            _check(f"{name}[{index}]", rule.item, item, arguments)
+            _check(name, rule.item, item, arguments, (*path, index))
     elif not rule.accepts(value, arguments):
-        raise malformed(name, rule.describe(arguments), value)
+        raise malformed(_named(name, path), rule.describe(arguments), value)
+
+
+def _named(name: str, path: tuple[object, ...]) -> str:
+    """``name`` with each key (``['id']``) and index (``[3]``) of ``path``."""
+    return name + "".join(f"[{part}]" if type(part) is int else f"[{part!r}]" for part in path)
 
 
 def malformed(name: str, expected: str, value: object) -> ValueError:

@@ -9,8 +9,8 @@ argument values it infers. The parts, one noun per module:
 
 - ``courier.conform.feed``: what the feed holds (``Event``, ``Txn``) and the rows'
   column orders; ``courier.conform.sqlite_feed`` and ``courier.conform.postgres_feed``:
-  installing, removing and reading the feed on each backend (SQLite triggers; PostgreSQL
-  statement triggers with a commit number from a deferred constraint trigger);
+  installing, removing and reading the feed on each backend (SQLite row triggers;
+  PostgreSQL statement triggers, each event with its writer's transaction id);
 - ``courier.conform.tables``: the queue's two tables as the checker replays them;
 - ``courier.conform.inference``: which operation, with which arguments, could have
   made a transaction (the arithmetic of the guards: ranges of ``now``);

@@ -19,7 +19,6 @@ undoing every event) and then, on each ``poll``, the transactions committed sinc
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,8 +34,8 @@ from courier.transient import is_busy
 __all__ = ["Checker", "Feed", "Finding", "check_all", "rules_for"]
 
 READ_LIMIT = 20_000
+POLL_PATIENCE_S = 1.0  # a poll of a file gives up after this long busy (the next one reads)
 _A = {"enqueue": "an enqueue", "claim": "a claim", "finish": "a finish", "redrive": "a redrive"}
-GAP_WAIT_S = 5.0  # a commit number still missing after this long belongs to a rollback
 
 
 @dataclass
@@ -82,13 +81,16 @@ class Checker:
 
     def check(self, block: Block) -> list[Finding]:
         """The findings of ``block``'s transactions, in order; the tables move past it."""
-        statements = [_Statement.of(events) for events in block.statements]
         findings: list[Finding] = []
         if block.exact:
-            changes, odd = net_changes(block.events)
-            whole = _Statement(changes, odd, block.clock_ms)
-            findings.append(self._one(block, [whole], len(statements)))
+            if len(block.statements) == 1:  # most transactions: one statement
+                whole = _Statement.of(block.statements[0])
+            else:
+                changes, odd = net_changes(block.events)
+                whole = _Statement(changes, odd, block.clock_ms)
+            findings.append(self._one(block, [whole], len(block.statements)))
         else:
+            statements = [_Statement.of(events) for events in block.statements]
             start = 0
             while start < len(statements):
                 end, finding = self._grow(block, statements, start)
@@ -292,9 +294,10 @@ class Feed:
         self.rules = rules
         self.postgres = backend.is_conninfo(target)
         self.con = backend.connect_existing(target)
+        if not self.postgres:
+            self.con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
         self.position = 0
-        self._seen: set[int] = set()  # PostgreSQL: commit numbers above position, checked
-        self._gap_since: float | None = None
+        self.cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
 
     def close(self) -> None:
         self.con.close()
@@ -306,7 +309,7 @@ class Feed:
             NotInstalled: the queue has no feed (or only part of one).
         """
         if self.postgres:
-            rows, blocks = postgres_feed.snapshot(self.con)
+            rows, blocks = postgres_feed.snapshot(self.con, self.cursor)
             events = [event for block in blocks for event in block.events]
         else:
             rows, events = sqlite_feed.snapshot(self.con)
@@ -317,31 +320,29 @@ class Feed:
     def poll(self) -> list[Block]:
         """The blocks committed since the last read, in commit order."""
         if self.postgres:
-            blocks = postgres_feed.read_blocks(
-                self.con, self.position, sorted(self._seen), READ_LIMIT
-            )
+            blocks = postgres_feed.read_blocks(self.con, self.cursor)
         else:
             blocks = self._sqlite_blocks()
         self._advance(blocks)
         return blocks
 
     def _sqlite_blocks(self) -> list[Block]:
-        """What committed since the last read; nothing when the file was busy (writers
-        kept their locks past the 1 s busy timeout): the next poll reads it."""
+        """What committed since the last read; nothing when writers kept the file's lock
+        for ``POLL_PATIENCE_S``: the next poll reads it."""
         limit = READ_LIMIT
+
+        def read(con: sqlite3.Connection) -> list[Event]:
+            if not sqlite_feed.installed(con):
+                raise NotInstalled("the change feed was removed from this queue")
+            return sqlite_feed.read_events(con, self.position, limit)
+
         while True:
-            self.con.execute("BEGIN")
             try:
-                if not sqlite_feed.installed(self.con):
-                    raise NotInstalled("the change feed was removed from this queue")
-                events = sqlite_feed.read_events(self.con, self.position, limit)
+                events = sqlite_feed.read_transaction(self.con, read, POLL_PATIENCE_S)
             except sqlite3.OperationalError as error:
                 if is_busy(error):
                     return []
                 raise
-            finally:
-                if self.con.in_transaction:
-                    self.con.execute("COMMIT")
             blocks = sqlite_feed.blocks(events)
             if len(events) < limit:
                 return blocks
@@ -350,26 +351,10 @@ class Feed:
             limit *= 2
 
     def _advance(self, blocks: list[Block]) -> None:
-        if not self.postgres:
-            if blocks:
-                self.position = blocks[-1].position
-            return
-        self._seen.update(block.position for block in blocks)
-        while self.position + 1 in self._seen:
-            self.position += 1
-            self._seen.discard(self.position)
-        if not self._seen:
-            self._gap_since = None
-            return
-        # A number below a checked one is missing: its transaction is still committing,
-        # or rolled back after its commit trigger ran. Wait a while, then go past it.
-        now = time.monotonic()
-        if self._gap_since is None:
-            self._gap_since = now
-        elif now - self._gap_since > GAP_WAIT_S:
-            self.position = min(self._seen) - 1
-            self._gap_since = None
-            self._advance([])
+        if self.postgres:
+            self.position = self.cursor.top
+        elif blocks:
+            self.position = blocks[-1].position
 
 
 def check_all(target: backend.Target, rules: Rules) -> tuple[Checker, int]:

@@ -36,7 +36,7 @@ JOBS = "jobs"
 REDRIVES = "redrives"
 COLUMNS: dict[str, tuple[str, ...]] = {JOBS: JOB_COLUMNS, REDRIVES: REDRIVE_COLUMNS}
 # The feed's own tables (and, on PostgreSQL, its sequence and functions) all carry this prefix.
-FEED_TABLES = ("conform_events", "conform_commits")
+FEED_TABLES = ("conform_events",)
 
 Row = tuple[Any, ...]
 """A row of ``jobs`` or ``redrives``: plain values in the contract's column order."""

@@ -1,25 +1,32 @@
-"""The change feed of a PostgreSQL queue: statement triggers and a commit number.
+"""The change feed of a PostgreSQL queue: statement triggers and the writers' transaction ids.
 
-``install`` adds to the queue's schema, in one transaction:
+``install`` adds to the queue's schema, in one transaction, the table ``conform_events``,
+one trigger function per table and ``AFTER ... FOR EACH STATEMENT`` triggers on ``jobs``
+and ``redrives``. Each statement that changes rows writes, from its transition tables and
+in one ``INSERT ... SELECT``, one event per changed row: the writer's transaction id
+(``pg_current_xact_id_if_assigned()``), its server process, the server's clock, and the
+row before and after in typed columns of their own (``b_``/``a_`` for a job, ``rb_``/``ra_`` for a
+redrive): no JSON is built, and the reader gets plain values. A transaction that rolls
+back leaves no event.
 
-- ``conform_events``: one row per changed row of ``jobs`` or ``redrives``, written by
-  ``AFTER ... FOR EACH STATEMENT`` triggers from the statement's transition tables (one
-  ``INSERT ... SELECT`` per statement, however many rows it changed), with the writer's
-  transaction id (``pg_current_xact_id()``) and the server's clock;
-- ``conform_commits``: one row per transaction that changed anything, with its **commit
-  number**, written by a ``DEFERRABLE INITIALLY DEFERRED`` constraint trigger, which
-  runs as the transaction commits. Two transactions that changed the same row commit in
-  the order of their numbers: the second had to wait for the first's row lock, so it
-  reached its own commit only after the first had committed. Transactions that changed
-  no row in common may commit in either order; replaying them in either order gives the
-  same rows. A transaction that rolls back leaves no event and no number.
+The order of the transactions is recovered from the events alone, without a trigger at
+commit. All the events of a transaction become visible at once, when it commits, and
+their numbers (``seq``, from an identity) are taken in the order they were written. If
+two transactions changed the same row, the second waited for the first's row lock, so
+it wrote that row's event after the first had committed: its last event is numbered above
+every event of the first. Transactions that changed no row in common may be replayed in
+either order with the same result. So ``read_blocks`` takes the transactions that became
+visible since the last read, in the order of their last events; one that becomes visible
+later may end below one already checked only if the two share no row.
 
-The first event of a transaction is marked by a transaction-local setting
-(``lease_queue.conform_xid``), so the deferred trigger runs once per transaction, not
-once per row. The functions run with the search path of the installation
-(``SET search_path FROM CURRENT``), so a writer whose own search path names another
-schema still records into this queue's feed. ``uninstall`` drops all of it again; the
-contract's tables and rows are not touched.
+A number below the last one read and not yet seen belongs to a transaction still open or
+one that rolled back. The reader notes the server's next transaction id when it first sees
+the gap; once every transaction below that id has ended (the oldest open transaction of a
+later read's snapshot is at or past it) and the number is still missing, it was rolled
+back, and the reader goes past it (``Cursor``). The trigger functions run with the search
+path of the installation (``SET search_path FROM CURRENT``), so a writer whose own search
+path names another schema still records into this queue's feed. ``uninstall`` drops all
+of it again; the contract's tables and rows are not touched.
 
 Logical decoding was the other way: it costs the writers nothing, but it needs
 ``wal_level = logical`` (a server restart), a replication slot that holds back the WAL
@@ -29,106 +36,115 @@ install per queue, and work the same way on SQLite.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
 
-__all__ = ["blocks_from_rows", "install", "installed", "read_blocks", "snapshot", "uninstall"]
+__all__ = ["Cursor", "blocks_from_rows", "install", "installed", "read_blocks", "snapshot"]
+__all__ += ["uninstall"]
 
-_SETTING = "lease_queue.conform_xid"
 # The server's clock in whole milliseconds, rounded up: never below a reading a writer
 # took earlier, whether it rounded (courier.backend) or floored (the soak) its own.
 _CLOCK = "ceil(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
+# Each table's columns and their types (pgworker.py's schema), and the event's slots.
+_TYPES: dict[str, tuple[str, ...]] = {
+    JOBS: (
+        *("bigint", "text", "integer", "text", "integer", "integer", "bigint"),
+        *("bigint", "bigint", "text", "bigint", "text"),
+    ),
+    REDRIVES: ("bigint", "text", "bigint", "bigint", "text"),
+}
+_PREFIX = {JOBS: ("b_", "a_"), REDRIVES: ("rb_", "ra_")}
+
+
+def _slots(table: str, side: int) -> list[str]:
+    return [f"{_PREFIX[table][side]}{column}" for column in COLUMNS[table]]
+
+
+_SLOTS = [slot for table in (JOBS, REDRIVES) for side in (0, 1) for slot in _slots(table, side)]
+_SLOT_TYPES = [kind for table in (JOBS, REDRIVES) for _ in (0, 1) for kind in _TYPES[table]]
+
 _PARTS = (
     ("table", "conform_events"),
-    ("table", "conform_commits"),
-    ("sequence", "conform_commit_seq"),
-    ("function", "conform_record"),
-    ("function", "conform_commit"),
+    *(("function", f"conform_{t}") for t in (JOBS, REDRIVES)),
     *(("trigger", f"conform_{t}_{w}") for t in (JOBS, REDRIVES) for w in ("insert", "update")),
     *(("trigger", f"conform_{t}_{w}") for t in (JOBS, REDRIVES) for w in ("delete", "truncate")),
-    ("trigger", "conform_commit"),
 )
 
-_CREATE = (
-    """CREATE TABLE conform_events (
-  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  xid bigint NOT NULL, first boolean NOT NULL, tbl text NOT NULL, op text NOT NULL,
-  before json, after json, at_ms bigint NOT NULL)""",
-    "CREATE INDEX conform_events_by_xid ON conform_events (xid, seq)",
-    "CREATE SEQUENCE conform_commit_seq",
-    """CREATE TABLE conform_commits (
-  commit_seq bigint PRIMARY KEY, xid bigint NOT NULL UNIQUE, at_ms bigint NOT NULL,
-  pid integer, application_name text, client_addr text)""",
-    f"""CREATE FUNCTION conform_record() RETURNS trigger LANGUAGE plpgsql
+
+def _record(table: str) -> str:
+    """The trigger function of ``table``: one ``INSERT ... SELECT`` per statement.
+
+    A statement that changed a row has a transaction id already; one that changed none
+    (a claim that found nothing) writes no event, and asking for the id only if assigned
+    keeps it from making a read-only transaction write a commit record."""
+    before, after = _slots(table, 0), _slots(table, 1)
+    columns = COLUMNS[table]
+    head = "INSERT INTO conform_events (xid, pid, tbl, op, at_ms"
+
+    def insert(op: str, slots: list[str], values: list[str], rows: str, order: str) -> str:
+        return (
+            f"{head}, {', '.join(slots)})\n      SELECT txn, pg_backend_pid(), '{table}', "
+            f"'{op}', at, {', '.join(values)}\n      FROM {rows} ORDER BY {order};"
+        )
+
+    old = [f"o.{c}" for c in columns]
+    new = [f"r.{c}" for c in columns]
+    return f"""CREATE FUNCTION conform_{table}() RETURNS trigger LANGUAGE plpgsql
   SET search_path FROM CURRENT AS $$
 DECLARE
-  txn bigint := pg_current_xact_id()::text::bigint;
-  fresh boolean := coalesce(current_setting('{_SETTING}', true), '') <> txn::text;
+  txn bigint := pg_current_xact_id_if_assigned()::text::bigint;
   at bigint := {_CLOCK};
-  written bigint;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO conform_events (xid, first, tbl, op, before, after, at_ms)
-      SELECT txn, fresh AND n = 1, TG_TABLE_NAME, 'I', NULL, image, at FROM (
-        SELECT row_to_json(r) AS image, row_number() OVER (ORDER BY r.seq) AS n
-        FROM new_rows r) AS given ORDER BY n;
-  ELSIF TG_OP = 'UPDATE' THEN
-    INSERT INTO conform_events (xid, first, tbl, op, before, after, at_ms)
-      SELECT txn, fresh AND n = 1, TG_TABLE_NAME, 'U', was, now_is, at FROM (
-        SELECT row_to_json(o) AS was, row_to_json(r) AS now_is,
-          row_number() OVER (ORDER BY r.seq) AS n
-        FROM old_rows o JOIN new_rows r ON r.seq = o.seq) AS given ORDER BY n;
+  IF TG_OP = 'UPDATE' THEN
+    {insert("U", before + after, old + new, "old_rows o JOIN new_rows r ON r.seq = o.seq", "r.seq")}
+  ELSIF TG_OP = 'INSERT' THEN
+    {insert("I", after, new, "new_rows r", "r.seq")}
   ELSIF TG_OP = 'DELETE' THEN
-    INSERT INTO conform_events (xid, first, tbl, op, before, after, at_ms)
-      SELECT txn, fresh AND n = 1, TG_TABLE_NAME, 'D', was, NULL, at FROM (
-        SELECT row_to_json(o) AS was, row_number() OVER (ORDER BY o.seq) AS n
-        FROM old_rows o) AS given ORDER BY n;
+    {insert("D", before, old, "old_rows o", "o.seq")}
   ELSE
-    INSERT INTO conform_events (xid, first, tbl, op, before, after, at_ms)
-      VALUES (txn, fresh, TG_TABLE_NAME, 'T', NULL, NULL, at);
-  END IF;
-  GET DIAGNOSTICS written = ROW_COUNT;
-  IF fresh AND written > 0 THEN
-    PERFORM set_config('{_SETTING}', txn::text, true);
+    INSERT INTO conform_events (xid, pid, tbl, op, at_ms)
+      VALUES (txn, pg_backend_pid(), '{table}', 'T', at);
   END IF;
   RETURN NULL;
-END $$""",
-    f"""CREATE FUNCTION conform_commit() RETURNS trigger LANGUAGE plpgsql
-  SET search_path FROM CURRENT AS $$
-BEGIN
-  INSERT INTO conform_commits (commit_seq, xid, at_ms, pid, application_name, client_addr)
-    VALUES (nextval('conform_commit_seq'), NEW.xid, {_CLOCK}, pg_backend_pid(),
-      current_setting('application_name'), host(inet_client_addr()));
-  RETURN NULL;
-END $$""",
+END $$"""
+
+
+_CREATE = (
+    f"""CREATE TABLE conform_events (
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  xid bigint NOT NULL, pid integer NOT NULL, tbl text NOT NULL, op text NOT NULL,
+  at_ms bigint NOT NULL,
+  {", ".join(f"{slot} {kind}" for slot, kind in zip(_SLOTS, _SLOT_TYPES, strict=True))})""",
+    *(_record(table) for table in (JOBS, REDRIVES)),
     *(
         f"""CREATE TRIGGER conform_{table}_insert AFTER INSERT ON {table}
-  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION conform_record()"""
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
     *(
         f"""CREATE TRIGGER conform_{table}_update AFTER UPDATE ON {table}
   REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION conform_record()"""
+  FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
     *(
         f"""CREATE TRIGGER conform_{table}_delete AFTER DELETE ON {table}
-  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION conform_record()"""
+  REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
     *(
         f"""CREATE TRIGGER conform_{table}_truncate AFTER TRUNCATE ON {table}
-  FOR EACH STATEMENT EXECUTE FUNCTION conform_record()"""
+  FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
-    """CREATE CONSTRAINT TRIGGER conform_commit AFTER INSERT ON conform_events
-  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.first)
-  EXECUTE FUNCTION conform_commit()""",
 )
 
+# The names an earlier version of the feed used are dropped too (conform_commits, its
+# sequence, conform_record and conform_commit), so --uninstall removes either version.
 _DROP = (
     *(
         f"DROP TRIGGER IF EXISTS conform_{t}_{w} ON {t}"
@@ -138,6 +154,7 @@ _DROP = (
     "DROP TABLE IF EXISTS conform_events",
     "DROP TABLE IF EXISTS conform_commits",
     "DROP SEQUENCE IF EXISTS conform_commit_seq",
+    *(f"DROP FUNCTION IF EXISTS conform_{t}()" for t in (JOBS, REDRIVES)),
     "DROP FUNCTION IF EXISTS conform_record()",
     "DROP FUNCTION IF EXISTS conform_commit()",
 )
@@ -150,7 +167,7 @@ _FOUND_PARTS = """SELECT 'table', relname FROM pg_class
       AND relname = 'conform_commit_seq'
   UNION ALL SELECT 'function', proname FROM pg_proc
     WHERE pronamespace = current_schema()::regnamespace
-      AND proname IN ('conform_record', 'conform_commit')
+      AND proname IN ('conform_jobs', 'conform_redrives', 'conform_record', 'conform_commit')
   UNION ALL SELECT 'trigger', tgname FROM pg_trigger
     WHERE tgname LIKE 'conform%%' AND tgrelid IN (
       SELECT oid FROM pg_class WHERE relnamespace = current_schema()::regnamespace)"""
@@ -160,13 +177,13 @@ _LOCK = "LOCK TABLE jobs, redrives IN SHARE ROW EXCLUSIVE MODE"
 
 _SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
 _SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
-_SELECT_BLOCKS = """WITH c AS (
-    SELECT commit_seq, xid, at_ms, pid, application_name, client_addr FROM conform_commits
-    WHERE commit_seq > %(after)s AND NOT commit_seq = ANY(%(seen)s::bigint[])
-    ORDER BY commit_seq LIMIT %(limit)s)
-  SELECT c.commit_seq, c.xid, c.pid, c.application_name, c.client_addr,
-    e.seq, e.tbl, e.op, e.before, e.after, e.at_ms
-  FROM c JOIN conform_events e ON e.xid = c.xid ORDER BY c.commit_seq, e.seq"""
+# The events above the highest number read or missed below it, and (the same snapshot)
+# the oldest transaction still open and the next transaction id (``Cursor``).
+_SELECT_EVENTS = f"""SELECT seq, xid, pid, tbl, op, at_ms, {", ".join(_SLOTS)}
+  FROM conform_events WHERE seq > %(top)s OR seq = ANY(%(missing)s::bigint[])
+  ORDER BY seq"""
+_SELECT_HORIZON = """SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint
+  FROM pg_current_snapshot() AS s"""
 
 
 def _parts(con: Any) -> set[tuple[str, str]]:
@@ -221,43 +238,77 @@ def uninstall(con: Any) -> bool:
     return had
 
 
-def _row(table: str, image: Any) -> Row | None:
-    if image is None:
-        return None
-    return tuple(image.get(column) for column in COLUMNS.get(table, ()))
+# Where each table's images start in a row of _SELECT_EVENTS.
+_AT = {JOBS: 6, REDRIVES: 6 + 2 * len(COLUMNS[JOBS])}
+_WIDTH = {table: len(columns) for table, columns in COLUMNS.items()}
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    number, _, _, table, op, at_ms = row[:6]
+    start, width = _AT.get(table, 0), _WIDTH.get(table, 0)
+    before: Row | None = row[start : start + width] if op in ("U", "D") else None
+    after: Row | None = row[start + width : start + 2 * width] if op in ("I", "U") else None
+    return Event(number, table, op, before, after, at_ms)
+
+
+@dataclass
+class Cursor:
+    """How far a reader has read the feed: ``top`` is the highest event number read, and
+    ``missing`` the numbers below it not read yet (their transactions were still open,
+    or rolled back); ``waits`` are the gaps' checkpoints: (``top`` when a number was first
+    missed, the server's next transaction id then). Once the oldest open transaction is
+    at or past a checkpoint's id, every number still missing up to its ``top`` belonged
+    to a rolled-back transaction and is forgotten. What a read asks for is bounded by
+    what is new and what is still open, not by how long something has stayed open."""
+
+    top: int = 0
+    missing: set[int] = field(default_factory=set)
+    waits: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def position(self) -> int:
+        """Every number up to here is read or belonged to a rolled-back transaction."""
+        return min(self.missing) - 1 if self.missing else self.top
+
+    def advance(self, numbers: Iterable[int], xmin: int, xmax: int) -> None:
+        """Take the numbers of the events just read (in order), under a snapshot whose
+        oldest open transaction is ``xmin`` and whose next transaction id is ``xmax``."""
+        for number in numbers:
+            if number > self.top:
+                self.missing.update(range(self.top + 1, number))
+                self.top = number
+            else:
+                self.missing.discard(number)
+        settled = max((top for top, next_xid in self.waits if next_xid <= xmin), default=0)
+        self.waits = [(top, next_xid) for top, next_xid in self.waits if next_xid > xmin]
+        if settled:
+            self.missing = {number for number in self.missing if number > settled}
+        if self.missing and (not self.waits or self.waits[-1][0] < self.top):
+            self.waits.append((self.top, xmax))
 
 
 def blocks_from_rows(rows: list[tuple[Any, ...]]) -> list[Block]:
-    """The rows of ``_SELECT_BLOCKS`` as blocks, one per transaction, in commit order."""
-    found: list[Block] = []
-    current: list[Event] = []
-    head: tuple[Any, ...] | None = None
-
-    def close() -> None:
-        if head is None:
-            return
-        commit_seq, xid, pid, application, client = head
-        writer = {"xid": xid, "pid": pid, "application_name": application, "client": client}
+    """The rows of ``_SELECT_EVENTS`` as blocks, one per transaction, in the order of each
+    transaction's last event (see the module's docstring)."""
+    by_xid: dict[int, list[Event]] = {}
+    pids: dict[int, Any] = {}
+    for row in rows:
+        xid = row[1]
+        by_xid.setdefault(xid, []).append(_event(row))
+        pids.setdefault(xid, row[2])
+    found = []
+    for xid, events in sorted(by_xid.items(), key=lambda item: item[1][-1].number):
+        first, last = events[0].number, events[-1].number
+        numbers = f"#{first}" if first == last else f"#{first}-#{last}"
         found.append(
             Block(
-                label=f"commit #{commit_seq} (xid {xid})",
-                statements=_statements(current),
+                label=f"xid {xid} (feed {numbers})",
+                statements=_statements(events),
                 exact=True,
-                writer=writer,
-                position=int(commit_seq),
+                writer={"xid": xid, "pid": pids[xid]},
+                position=last,
             )
         )
-
-    for commit_seq, xid, pid, application, client, seq, table, op, before, after, at in rows:
-        if head is None or head[0] != commit_seq:
-            close()
-            head = (commit_seq, xid, pid, application, client)
-            current = []
-        event = Event(
-            int(seq), str(table), str(op), _row(table, before), _row(table, after), int(at)
-        )
-        current.append(event)
-    close()
     return found
 
 
@@ -265,8 +316,8 @@ def _statements(events: list[Event]) -> tuple[tuple[Event, ...], ...]:
     """One transaction's events as statements: each statement's events share a clock
     reading and a kind (table, operation); a finer split is not needed on PostgreSQL."""
     statements: list[list[Event]] = []
+    last: Event | None = None
     for event in events:
-        last = statements[-1][-1] if statements else None
         if last is None or (last.table, last.op, last.clock_ms) != (
             event.table,
             event.op,
@@ -274,19 +325,33 @@ def _statements(events: list[Event]) -> tuple[tuple[Event, ...], ...]:
         ):
             statements.append([])
         statements[-1].append(event)
+        last = event
     return tuple(tuple(s) for s in statements)
 
 
-def read_blocks(con: Any, after: int, seen: list[int], limit: int) -> list[Block]:
-    """The transactions committed with a number above ``after`` and not in ``seen``, at
-    most ``limit``, in commit order."""
-    rows = con.execute(_SELECT_BLOCKS, {"after": after, "seen": seen, "limit": limit}).fetchall()
-    return blocks_from_rows(list(rows))
+def _read(con: Any, cursor: Cursor) -> list[Block]:
+    """In the open REPEATABLE READ transaction: the transactions committed since
+    ``cursor`` last read, and the cursor moved past them."""
+    xmin, xmax = con.execute(_SELECT_HORIZON).fetchone()
+    rows = con.execute(
+        _SELECT_EVENTS, {"top": cursor.top, "missing": sorted(cursor.missing)}
+    ).fetchall()
+    cursor.advance((row[0] for row in rows), xmin, xmax)
+    return blocks_from_rows(rows)
 
 
-def snapshot(con: Any) -> tuple[dict[str, list[Row]], list[Block]]:
+def read_blocks(con: Any, cursor: Cursor) -> list[Block]:
+    """The transactions committed since ``cursor`` last read (see ``blocks_from_rows``)."""
+    con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        return _read(con, cursor)
+    finally:
+        con.execute("COMMIT")
+
+
+def snapshot(con: Any, cursor: Cursor) -> tuple[dict[str, list[Row]], list[Block]]:
     """In one REPEATABLE READ transaction: both tables and every committed transaction
-    of the feed.
+    of the feed (``cursor`` moved past them).
 
     Raises:
         NotInstalled: the queue has no feed.
@@ -299,7 +364,7 @@ def snapshot(con: Any) -> tuple[dict[str, list[Row]], list[Block]]:
             JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
             REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
         }
-        blocks = read_blocks(con, 0, [], 10**9)
+        blocks = _read(con, cursor)
     finally:
         con.execute("COMMIT")
     return rows, blocks

@@ -22,26 +22,27 @@ five), so a value keeps the type the writer gave it: an id written as a number s
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
 from courier.transient import is_busy
 
-__all__ = ["TRIGGERS", "blocks", "install", "installed", "read_events", "snapshot", "uninstall"]
+__all__ = ["TRIGGERS", "blocks", "install", "installed", "read_events", "read_transaction"]
+__all__ += ["snapshot", "uninstall"]
+
+T = TypeVar("T")
 
 EVENTS = "conform_events"
 SLOTS = len(COLUMNS[JOBS])
 _BEFORE = tuple(f"b{n}" for n in range(SLOTS))
 _AFTER = tuple(f"a{n}" for n in range(SLOTS))
 # SQLite's 'now' in whole milliseconds: one reading per statement step.
-_CLOCK = (
-    "(CAST(strftime('%s', 'now') AS INTEGER) * 1000"
-    " + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER))"
-)
+_CLOCK = "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 
 _CREATE_EVENTS = f"""CREATE TABLE IF NOT EXISTS {EVENTS} (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  seq INTEGER PRIMARY KEY,
   changes INTEGER NOT NULL, at_ms INTEGER NOT NULL, tbl TEXT NOT NULL, op TEXT NOT NULL,
   {", ".join(_BEFORE)}, {", ".join(_AFTER)})"""
 
@@ -75,9 +76,12 @@ _SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER B
 _FORGET_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE name = '{EVENTS}'"
 _INSTALL_BUSY_MS = 10_000
 SNAPSHOT_CHUNK = 20_000  # events per read transaction of a first read
-# A read waits up to the connection's 1 s busy timeout while writers commit; a first read
-# tries again this many times in all (a busy queue file, not a broken one).
-BUSY_RETRIES = 30
+# The feed's reader waits for writers itself (``read_transaction``): its connection's
+# busy timeout, the pause between two tries, and how long a first read keeps trying (a
+# busy queue file, not a broken one).
+READER_BUSY_TIMEOUT = "PRAGMA busy_timeout = 0"
+RETRY_S = 0.001
+SNAPSHOT_PATIENCE_S = 30.0
 
 
 def installed(con: sqlite3.Connection) -> bool:
@@ -162,6 +166,38 @@ def read_events(con: sqlite3.Connection, after: int, limit: int) -> list[Event]:
     return [_event(row) for row in rows]
 
 
+def read_transaction(
+    con: sqlite3.Connection, read: Callable[[sqlite3.Connection], T], patience_s: float
+) -> T:
+    """``read(con)`` in one read transaction, begun again every ``RETRY_S`` while writers
+    hold the file's lock, for up to ``patience_s``.
+
+    In the DELETE journal mode a writer holds the lock from the moment it starts to
+    commit until its journal is gone, fsyncs included; with a fleet of writers that is
+    most of the time, and the gaps between two commits are short. SQLite's own busy
+    handler sleeps longer and longer between tries (up to 100 ms) and misses most of
+    them; a reader that waits on its connection's busy timeout fell behind the fleet by
+    more than a second. So the feed's reader sets the busy timeout to 0
+    (``READER_BUSY_TIMEOUT``) and tries again itself, every millisecond.
+
+    Raises:
+        sqlite3.OperationalError: the file stayed busy for ``patience_s`` (or any other
+            error of ``read``).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        con.execute("BEGIN")
+        try:
+            return read(con)
+        except sqlite3.OperationalError as error:
+            if not is_busy(error) or time.monotonic() >= deadline:
+                raise
+        finally:
+            if con.in_transaction:
+                con.execute("COMMIT")
+        time.sleep(RETRY_S)
+
+
 def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]]:
     """Both tables and every event of the feed, the rows as they were after the last event.
 
@@ -172,31 +208,27 @@ def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]
 
     Raises:
         NotInstalled: the queue has no feed.
+        sqlite3.OperationalError: the file stayed busy for ``SNAPSHOT_PATIENCE_S``.
     """
     events: list[Event] = []
-    busy = 0
+
+    def chunk(con: sqlite3.Connection) -> tuple[list[Event], dict[str, list[Row]] | None]:
+        if not installed(con):
+            raise NotInstalled("no change feed on this queue: run courier conform --install first")
+        batch = read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
+        if len(batch) == SNAPSHOT_CHUNK:
+            return batch, None
+        rows = {
+            JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
+            REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
+        }
+        return batch, rows
+
     while True:
-        con.execute("BEGIN")
-        try:
-            if not installed(con):
-                raise NotInstalled(
-                    "no change feed on this queue: run courier conform --install first"
-                )
-            batch = read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
-            if len(batch) < SNAPSHOT_CHUNK:
-                rows = {
-                    JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
-                    REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
-                }
-                return rows, events + batch
-            events += batch
-        except sqlite3.OperationalError as error:
-            busy += 1
-            if not is_busy(error) or busy > BUSY_RETRIES:
-                raise
-        finally:
-            if con.in_transaction:
-                con.execute("COMMIT")
+        batch, rows = read_transaction(con, chunk, SNAPSHOT_PATIENCE_S)
+        events += batch
+        if rows is not None:
+            return rows, events
 
 
 def _statements(events: list[Event]) -> Iterator[tuple[list[Event], bool]]:

@@ -8,6 +8,7 @@ event, and removing it leaves the schema exactly as ``open_queue`` made it.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ import pytest
 
 import worker
 from courier.commands.conform import install_feed, uninstall_feed
-from courier.conform.checker import check_all, rules_for
+from courier.conform.checker import Feed, check_all, rules_for
 from courier.conform.feed import NotInstalled
-from tests.conform.fed import Fed
+from courier.conform.postgres_feed import Cursor
+from tests.conform.fed import Fed, open_fed
 
 
 def _schema(fed: Fed) -> list[tuple[Any, ...]]:
@@ -129,3 +131,54 @@ def test_a_queue_without_a_feed_is_refused(tmp_path: Path) -> None:
     worker.open_queue(path).close()
     with pytest.raises(NotInstalled, match="--install"):
         check_all(path, rules_for(path, simulated=False, skew_ms=0))
+
+
+def test_a_cursor_passes_a_missing_number_once_its_owners_have_ended() -> None:
+    cursor = Cursor()
+    cursor.advance([1, 3], xmin=101, xmax=103)  # 2: still open, or rolled back
+    assert (cursor.position, cursor.top, cursor.missing) == (1, 3, {2})
+    cursor.advance([], xmin=102, xmax=104)  # its owner (below 103) may still be open
+    assert cursor.position == 1
+    cursor.advance([2], xmin=104, xmax=104)  # it committed after all
+    assert (cursor.position, cursor.missing, cursor.waits) == (3, set(), [])
+    cursor.advance([6], xmin=104, xmax=105)  # 4 and 5 missing
+    assert (cursor.position, cursor.missing) == (3, {4, 5})
+    cursor.advance([5, 7], xmin=105, xmax=106)  # every transaction below 105 has ended
+    assert (cursor.position, cursor.top, cursor.missing, cursor.waits) == (7, 7, set(), [])
+
+
+def test_postgres_checks_each_transaction_as_it_becomes_visible(
+    tmp_path: Path, pg_conninfo: str
+) -> None:
+    """A transaction still open holds nothing up, and one that rolled back is passed over
+    (SQLite has one writer at a time: its feed is in commit order)."""
+    fed = open_fed("postgres", tmp_path, pg_conninfo)
+    q, con = fed.module, fed.con
+    now = fed.now() - 1000
+    feed = Feed(fed.target, rules_for(fed.target, simulated=False, skew_ms=0))
+    try:
+        checker, _ = feed.start()
+        insert = """INSERT INTO jobs (id, qty, status, attempts, max_attempts, token,
+            available_at, deadline) VALUES (%s, 1, 'pending', 0, 3, 0, %s, %s)"""
+        with psycopg.connect(fed.target) as slow, psycopg.connect(fed.target) as undone:
+            slow.execute(insert, ("slow", now, now + 60_000))  # open: its number first
+            undone.execute(insert, ("undone", now, now + 60_000))
+            undone.rollback()  # its number is never used
+            q.enqueue(con, {"id": "b", "qty": 1}, now, 60_000)
+            blocks = feed.poll()
+            assert [[e.after[1] for e in b.events if e.after] for b in blocks] == [["b"]]
+            for block in blocks:
+                checker.check(block)
+            slow.commit()
+        waited = 0
+        while feed.cursor.position < 3 and waited < 100:  # other sessions' may be open
+            blocks += feed.poll()
+            waited += 1
+            time.sleep(0.05)
+        for block in blocks[1:]:
+            checker.check(block)
+        assert [[e.after[1] for e in b.events if e.after] for b in blocks] == [["b"], ["slow"]]
+        assert (feed.cursor.position, feed.position, checker.transactions) == (3, 3, 2)
+    finally:
+        feed.close()
+        fed.close()
