@@ -124,8 +124,12 @@ class _KillSenderAfter:
         with self.lock:
             self.seen += 1
             if self.seen == self.count and self.pid is not None:
-                os.kill(self.pid, signal.SIGKILL)
+                self.reached(self.pid)
         return True
+
+    def reached(self, pid: int) -> None:
+        """The ``count``-th delivery is committed: kill the courier."""
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_them(
@@ -164,32 +168,20 @@ def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_
     assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
 
 
-class _SignalSenderOnceAhead:
+class _SignalSenderOnceAhead(_KillSenderAfter):
     """Sends ``signum`` to the courier process ``pid`` (set once it runs) right after
     the inbox committed its ``count``-th delivery, before that delivery's answer, once
     the queue file shows ``leased`` jobs leased (the batch claimed ahead among them)."""
 
     def __init__(self, queue: Path, count: int, leased: int, signum: int) -> None:
-        self.queue, self.count, self.leased, self.signum = queue, count, leased, signum
-        self.pid: int | None = None
-        self.seen = 0
+        super().__init__(count)
+        self.queue, self.leased, self.signum = queue, leased, signum
         self.sent = False
-        self.lock = threading.Lock()
 
-    def before_apply(self, delivery_id: str, sender: str | None) -> _SignalSenderOnceAhead:
-        return self
-
-    def refusal(self) -> None:
-        return None
-
-    def after_commit(self, verdict: str) -> bool:
-        with self.lock:
-            self.seen += 1
-            if self.seen == self.count and self.pid is not None:
-                wait_until(f"{self.leased} jobs leased", lambda: self._leased() >= self.leased)
-                os.kill(self.pid, self.signum)
-                self.sent = True
-        return True
+    def reached(self, pid: int) -> None:
+        wait_until(f"{self.leased} jobs leased", lambda: self._leased() >= self.leased)
+        os.kill(pid, self.signum)
+        self.sent = True
 
     def _leased(self) -> int:
         return sum(row["status"] == "leased" for row in jobs_of(self.queue).values())
