@@ -104,6 +104,26 @@ def test_a_batched_courier_delivers_and_records_each_job_once(
 # --- A courier killed mid-batch ---------------------------------------------------------------
 
 
+def _drained_by_c2(
+    queue: Path, receiver: Receiver, options: tuple[str, ...], folder: Path, children: Children
+) -> dict[str, Any]:
+    """A second courier, ``c2``, drains the queue after the first was killed; the
+    inbox's summary once it is done."""
+    log = folder / "c2.log"
+    c2 = children.start([*run_argv(queue, receiver.url, "c2", *options), "--until-drained"], log)
+    assert c2.wait(timeout=WAIT_S) == 0, log.read_text()
+    return receiver.inbox.summary()
+
+
+def _absorbed(inbox: Path, summary: dict[str, Any], ids: list[str], applied: Any) -> None:
+    """Every job applied once; each the killed courier had sent was sent again by the
+    other and absorbed by the inbox."""
+    assert effects_by_id(inbox) == dict.fromkeys(ids, 1)
+    by_id = {row["id"]: row for row in summary["rows"]}
+    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
+    assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
+
+
 class _KillSenderAfter:
     """Kills the courier process ``pid`` (set once it runs) right after the inbox
     committed the ``count``-th delivery, before that delivery's answer."""
@@ -152,20 +172,12 @@ def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_
         applied = effects_by_id(receiver.inbox.path)
         assert 3 <= len(applied) < len(ids)
         killer.count = 0  # kills no more
-        log2 = tmp_path / "c2.log"
-        c2 = children.start(
-            [*run_argv(queue, receiver.url, "c2", *options), "--until-drained"], log2
-        )
-        assert c2.wait(timeout=WAIT_S) == 0, log2.read_text()
-        summary = receiver.inbox.summary()
+        summary = _drained_by_c2(queue, receiver, options, tmp_path, children)
     rows = jobs_of(queue)
     assert {(row["status"], row["owner"], row["token"]) for row in rows.values()} == {
         ("done", None, 2)
     }
-    assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
-    by_id = {row["id"]: row for row in summary["rows"]}
-    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
-    assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
+    _absorbed(tmp_path / "inbox.sqlite", summary, ids, applied)
 
 
 class _SignalSenderOnceAhead(_KillSenderAfter):
@@ -209,19 +221,11 @@ def test_a_courier_killed_mid_pipeline_leaves_both_batches_leased_and_another_re
         applied = effects_by_id(receiver.inbox.path)
         assert len(applied) >= 3 and set(applied) <= set(ids[:4])
         killer.count = 0  # signals no more
-        log2 = tmp_path / "c2.log"
-        c2 = children.start(
-            [*run_argv(queue, receiver.url, "c2", *options), "--until-drained"], log2
-        )
-        assert c2.wait(timeout=WAIT_S) == 0, log2.read_text()
-        summary = receiver.inbox.summary()
+        summary = _drained_by_c2(queue, receiver, options, tmp_path, children)
     rows = jobs_of(queue)
     assert {row["status"] for row in rows.values()} == {"done"}
     assert {rows[job_id]["token"] for job_id in ids[:8]} == {2}, "claimed again after the lease"
-    assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
-    by_id = {row["id"]: row for row in summary["rows"]}
-    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
-    assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
+    _absorbed(tmp_path / "inbox.sqlite", summary, ids, applied)
 
 
 def test_sigterm_mid_pipeline_delivers_the_batch_held_ahead_then_stops(
