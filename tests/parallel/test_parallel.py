@@ -106,8 +106,8 @@ def test_scheduled_histories_linearize(
 def test_scheduled_histories_linearize_on_postgres(
     postgres_suite: Suite, program: Program, schedules: list[Schedule]
 ) -> None:
-    """pgworker.py's histories under schedules (half of them with every write an
-    explicit transaction), judged under the relaxed claim order."""
+    """pgworker.py's histories under schedules (the second of each program's with every
+    write an explicit transaction), judged under the relaxed claim order."""
     checked(postgres_suite, program, schedules)
 
 
