@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.parallel.planted import BY_NAME, first_failures, rates
+import pytest
+
+from tests.parallel.planted import BY_NAME, first_failures, hunt, rates
 
 
 def test_rates_runs_the_same_programs_in_both_modes(tmp_path: Path) -> None:
@@ -24,3 +26,19 @@ def test_first_failures_counts_the_programs_of_each_seed(tmp_path: Path) -> None
     assert isinstance(firsts, list) and len(firsts) == 1
     # this plant fails within a few programs under the scheduler, whatever the seed
     assert all(isinstance(first, int) and 1 <= first <= 30 for first in firsts), firsts
+
+
+def test_a_first_only_hunt_stops_at_the_first_failure_of_cis_sequence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--first``: CI's own test function on the plant, stopped at its first failure
+    with nothing shrunk or replayed (the cheap way to read CI's sequence)."""
+    monkeypatch.setenv("LEASE_QUEUE_FAILURES", str(tmp_path / "failures"))
+    result = hunt(BY_NAME["send-inside-claim"], tmp_path, first_only=True)
+    assert result["caught"] is True
+    first = result["programs_to_first_failure"]
+    assert isinstance(first, int) and 1 <= first <= 18, result
+    assert "shrink_s" not in result and "replays_failed" not in result
+    assert [case.name for case in (tmp_path / "failures").iterdir()] == [
+        "parallel-sqlite-send-inside-claim.json"
+    ], "the failing case is saved where the environment says"
