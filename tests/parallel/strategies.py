@@ -11,17 +11,16 @@ time of a job that is or was dead: operators redrive what they see dead),
 the hook points. Two race wideners: a hook that pauses inside the transaction (before
 COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
 or right after a delivery. In a quarter of the programs the second branch mirrors the
-first (the same calls by the other owner), so that every row is contested. Each program
-leaves out some of the branches' verbs (swarm testing), so the verbs it keeps meet more
-often; each branch is a courier of its own (``b1`` is ``c1``, ``b2`` is ``c2``) that
-claims under another courier's name only sometimes.
+first (the same calls by the other owner), so that every row is contested. Each branch
+is a courier of its own (``b1`` is ``c1``, ``b2`` is ``c2``) that claims under another
+courier's name only sometimes.
 
 Times are drawn as the lockstep draws them: while drawing, the program so far runs on
 a ``QueueModel`` (the prefix, then the branches in turn), and each branch's clock moves
 to the next ``lease_until``, ``deadline`` or ``available_at`` among those rows, or one
 millisecond either side, or a few milliseconds on; so leases expire in the middle of a
 program. Each branch's clock never goes back. Every choice shrinks towards its first
-option: no fault, a plain claim, a batch of two, the same time, every verb kept. The
+option: no fault, a plain claim, a batch of two, the same time. The
 simplest program is then the seed's story: two couriers claiming from a queue of two
 jobs at once.
 """
@@ -359,13 +358,11 @@ def programs(
     for lane in lanes:
         sketch.clocks[lane] = sketch.clocks[PREFIX]
         sketch.claims[lane] = []
-    kept = BRANCH_VERBS
     for step in range(max(lengths.values())):
         for lane in lanes:
             if step >= lengths[lane]:
                 continue
-            dead = sketch.dead_ids() and "redrive" in kept
-            verbs = kept + (("redrive",) * 2 if dead else ())
+            verbs = BRANCH_VERBS + (("redrive",) * 2 if sketch.dead_ids() else ())
             call = call_for(draw, sketch, lane, draw(st.sampled_from(verbs)))
             if call is not None:
                 sketch.apply(lane, len(branches[lane]), call)
