@@ -15,7 +15,7 @@ order, rollback and commit rules and quarantine rules; only the connection is a
    ``finish``; each call's docstring is its text of the contract, with what
    PostgreSQL adds. This module keeps only its connection, its transactions and
    its SQL. The one decision restated here is the settlement of a finish
-   (``worker._settlement``): it stays inside finish's one compare-and-set
+   (what ``worker.finish`` decides in Python): it stays inside finish's one compare-and-set
    statement (``_VERDICT``), since deciding in Python would cost a round trip
    (read the row, decide, write). ``tests/contract`` runs every example on both
    modules and the model.
