@@ -42,7 +42,7 @@ from courier.clock import clock_ms
 from courier.delivery import HttpSend, HttpSends, Send
 from courier.file_rounds import FileRounds
 from courier.procs import module_command
-from courier.runner import Rounds, run_courier
+from courier.runner import CourierReport, Rounds, run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import StopSignal, stop_on_signals
 from courier.transient import is_busy
@@ -309,6 +309,28 @@ class CourierStart:
         )
         return FreezeOnRequest(send, self.events, freeze_request(args.events), self.stop)
 
+    def run(
+        self, args: argparse.Namespace, target: str | Path, send: Send, rounds: Rounds
+    ) -> CourierReport:
+        """``run_courier`` on ``target`` with ``rounds`` until the soak courier's time
+        bound, drained or a signal; the rounds are closed whatever happens."""
+        rules = StopRules(
+            max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
+        )
+        try:
+            return run_courier(
+                target,
+                args.owner,
+                send,
+                lease_ms=args.lease_ms,
+                stop_rules=rules,
+                stop=self.stop,
+                rng=self.rng.random,
+                rounds=rounds,
+            )
+        finally:
+            rounds.close()
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos courier")
@@ -323,26 +345,11 @@ def courier_main(argv: Sequence[str]) -> int:
     events = start.events
     try:
         send = start.announce(args)
-        rules = StopRules(
-            max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
-        )
         rounds: Rounds = RecordedRounds(args.queue, events, start.drill)
         if args.batch > 1:
             calls = start.recorded(FileRounds(args.queue))
             rounds = BatchRounds(calls, args.batch, args.in_flight, args.timeout_ms)
-        try:
-            report = run_courier(
-                args.queue,
-                args.owner,
-                send,
-                lease_ms=args.lease_ms,
-                stop_rules=rules,
-                stop=start.stop,
-                rng=start.rng.random,
-                rounds=rounds,
-            )
-        finally:
-            rounds.close()
+        report = start.run(args, args.queue, send, rounds)
         events.write("stop", reason=report.stop_reason, runs=report.runs, busy=report.busy)
     finally:
         events.close()

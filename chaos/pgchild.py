@@ -46,8 +46,6 @@ import worker
 from chaos.child import CourierStart, DrillHook, EventLog, add_courier_options
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
 from courier.batch_rounds import BatchRounds
-from courier.runner import run_courier
-from courier.stop_rules import StopRules
 from courier.stop_signal import pause
 
 __all__ = ["LIBPQ_TIMEOUTS", "Link", "LinkCalls", "pg_round", "pgcourier_main"]
@@ -264,22 +262,7 @@ def _batched(args: argparse.Namespace, start: CourierStart, link: Link) -> None:
     rounds = BatchRounds(
         start.recorded(LinkCalls(link)), args.batch, args.in_flight, args.timeout_ms
     )
-    rules = StopRules(
-        max_runs=10**6, max_seconds=args.max_seconds, until_drained=args.until_drained
-    )
-    try:
-        report = run_courier(
-            args.conninfo,
-            args.owner,
-            send,
-            lease_ms=args.lease_ms,
-            stop_rules=rules,
-            stop=start.stop,
-            rng=start.rng.random,
-            rounds=rounds,
-        )
-    finally:
-        rounds.close()
+    report = start.run(args, args.conninfo, send, rounds)
     start.events.write(
         "stop",
         reason=report.stop_reason,
