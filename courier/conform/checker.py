@@ -12,8 +12,10 @@ conclude (a claim's quarantine may take three statements before its lease, a red
 Two calls of one connection that one batch call would also explain (two enqueues in the
 same millisecond with the same ttl) are then counted as that batch call.
 
-``Feed`` reads a queue's feed from the start (its rows before the feed began rebuilt by
-undoing every event) and then, on each ``poll``, the transactions committed since.
+``Feed`` reads a queue's feed from the start (the rows when the feed began: its baseline
+events) and then, on each ``poll``, the transactions committed since; it rebuilds each
+change's row before from the row's previous event (``courier.conform.feed.Images``),
+block by block in the order the checker replays them.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 from courier import backend
 from courier.conform import postgres_feed, sqlite_feed
-from courier.conform.feed import Block, Event, NotInstalled
+from courier.conform.feed import Block, Event, Images, NotInstalled
 from courier.conform.inference import DRAFTS, Draft, Miss, Rules, Step
 from courier.conform.judge import Difference, Nearest, judge, nearest, row_name
 from courier.conform.tables import Change, Tables, net_changes
@@ -233,8 +235,11 @@ class Checker:
         return self._record(finding)
 
     def _out_of_step(self, changes: list[Change]) -> list[str]:
-        """Changes whose row before is not the row the replay holds: the feed missed a
-        change (it was installed mid-transaction, or part of it was removed)."""
+        """Changes whose row before is not the row the replay holds. The feed's reader
+        rebuilds each row before from the row's previous event, so the two agree unless
+        the rebuild and the replay took the feed's transactions in different orders; a
+        change the feed did not record shows as a row with no earlier image
+        (``net_changes``), or as a step of the model that explains nothing."""
         found = []
         for change in changes:
             held = self.tables.row(change.table, change.seq)
@@ -298,24 +303,27 @@ class Feed:
             self.con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
         self.position = 0
         self.cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
+        self.images = Images()  # each row as its last event read left it
 
     def close(self) -> None:
         self.con.close()
 
     def start(self) -> tuple[Checker, list[Block]]:
-        """The checker, with the tables before the feed's first event, and every block.
+        """The checker, with the tables when the feed began, and every block since.
 
         Raises:
-            NotInstalled: the queue has no feed (or only part of one).
+            NotInstalled: the queue has no feed (or only part of one, or an earlier
+                version's).
         """
         if self.postgres:
-            rows, blocks = postgres_feed.snapshot(self.con, self.cursor)
-            events = [event for block in blocks for event in block.events]
+            baseline, blocks = postgres_feed.snapshot(self.con, self.cursor)
         else:
-            rows, events = sqlite_feed.snapshot(self.con)
-            blocks = sqlite_feed.blocks(events)
+            baseline, blocks = sqlite_feed.snapshot(self.con)
+            if baseline:
+                self.position = baseline[-1].number
+        tables = Tables.before_feed(self.images.start(baseline))
         self._advance(blocks)
-        return Checker(Tables.before_feed(rows, events), self.rules), blocks
+        return Checker(tables, self.rules), blocks
 
     def poll(self) -> list[Block]:
         """The blocks committed since the last read, in commit order."""
@@ -351,6 +359,8 @@ class Feed:
             limit *= 2
 
     def _advance(self, blocks: list[Block]) -> None:
+        for block in blocks:
+            self.images.rebuild(block.events)
         if self.postgres:
             self.position = self.cursor.top
         elif blocks:

@@ -1,13 +1,17 @@
 """The change feed of a PostgreSQL queue: statement triggers and the writers' transaction ids.
 
 ``install`` adds to the queue's schema, in one transaction, the table ``conform_events``,
-one trigger function per table and ``AFTER ... FOR EACH STATEMENT`` triggers on ``jobs``
-and ``redrives``. Each statement that changes rows writes, from its transition tables and
-in one ``INSERT ... SELECT``, one event per changed row: the writer's transaction id
+one trigger function per table, ``AFTER ... FOR EACH STATEMENT`` triggers on ``jobs``
+and ``redrives``, and one baseline event (``B``) per row the queue holds then. Each
+statement that changes rows writes, from its transition table and in one ``INSERT ...
+SELECT``, one event per changed row: the writer's transaction id
 (``pg_current_xact_id_if_assigned()``), its server process, the server's clock, and the
-row before and after in typed columns of their own (``b_``/``a_`` for a job, ``rb_``/``ra_`` for a
-redrive): no JSON is built, and the reader gets plain values. A transaction that rolls
-back leaves no event.
+row after the change in typed columns of their own (``a_`` for a job, ``ra_`` for a
+redrive; a deletion fills only the seq): no JSON is built, and the reader gets plain
+values. The row before is not recorded: every row's history starts inside the feed (its
+baseline event or its insert), and the checker rebuilds each change's row before from the
+row's previous event (``courier.conform.feed.Images``). A transaction that rolls back
+leaves no event.
 
 The order of the transactions is recovered from the events alone, without a trigger at
 commit. All the events of a transaction become visible at once, when it commits, and
@@ -26,7 +30,8 @@ later read's snapshot is at or past it) and the number is still missing, it was 
 back, and the reader goes past it (``Cursor``). The trigger functions run with the search
 path of the installation (``SET search_path FROM CURRENT``), so a writer whose own search
 path names another schema still records into this queue's feed. ``uninstall`` drops all
-of it again; the contract's tables and rows are not touched.
+of it again (an earlier version's feed too); the contract's tables and rows are not
+touched.
 
 Logical decoding was the other way: it costs the writers nothing, but it needs
 ``wal_level = logical`` (a server restart), a replication slot that holds back the WAL
@@ -40,7 +45,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
+from courier.conform.feed import (
+    BASELINE,
+    COLUMNS,
+    EARLIER_VERSION,
+    JOBS,
+    REDRIVES,
+    Block,
+    Event,
+    NotInstalled,
+    Row,
+)
 
 __all__ = ["Cursor", "blocks_from_rows", "install", "installed", "read_blocks", "snapshot"]
 __all__ += ["uninstall"]
@@ -57,15 +72,16 @@ _TYPES: dict[str, tuple[str, ...]] = {
     ),
     REDRIVES: ("bigint", "text", "bigint", "bigint", "text"),
 }
-_PREFIX = {JOBS: ("b_", "a_"), REDRIVES: ("rb_", "ra_")}
+_PREFIX = {JOBS: "a_", REDRIVES: "ra_"}
 
 
-def _slots(table: str, side: int) -> list[str]:
-    return [f"{_PREFIX[table][side]}{column}" for column in COLUMNS[table]]
+def _slots(table: str) -> list[str]:
+    return [f"{_PREFIX[table]}{column}" for column in COLUMNS[table]]
 
 
-_SLOTS = [slot for table in (JOBS, REDRIVES) for side in (0, 1) for slot in _slots(table, side)]
-_SLOT_TYPES = [kind for table in (JOBS, REDRIVES) for _ in (0, 1) for kind in _TYPES[table]]
+_SLOTS = [slot for table in (JOBS, REDRIVES) for slot in _slots(table)]
+_SLOT_TYPES = [kind for table in (JOBS, REDRIVES) for kind in _TYPES[table]]
+_EVENT_COLUMNS = ("seq", "xid", "pid", "tbl", "op", "at_ms", *_SLOTS)
 
 _PARTS = (
     ("table", "conform_events"),
@@ -81,18 +97,16 @@ def _record(table: str) -> str:
     A statement that changed a row has a transaction id already; one that changed none
     (a claim that found nothing) writes no event, and asking for the id only if assigned
     keeps it from making a read-only transaction write a commit record."""
-    before, after = _slots(table, 0), _slots(table, 1)
-    columns = COLUMNS[table]
+    slots = _slots(table)
     head = "INSERT INTO conform_events (xid, pid, tbl, op, at_ms"
 
-    def insert(op: str, slots: list[str], values: list[str], rows: str, order: str) -> str:
+    def insert(op: str, slots: list[str], values: list[str], rows: str) -> str:
         return (
             f"{head}, {', '.join(slots)})\n      SELECT txn, pg_backend_pid(), '{table}', "
-            f"'{op}', at, {', '.join(values)}\n      FROM {rows} ORDER BY {order};"
+            f"'{op}', at, {', '.join(values)}\n      FROM {rows} ORDER BY seq;"
         )
 
-    old = [f"o.{c}" for c in columns]
-    new = [f"r.{c}" for c in columns]
+    new = list(COLUMNS[table])
     return f"""CREATE FUNCTION conform_{table}() RETURNS trigger LANGUAGE plpgsql
   SET search_path FROM CURRENT AS $$
 DECLARE
@@ -100,17 +114,26 @@ DECLARE
   at bigint := {_CLOCK};
 BEGIN
   IF TG_OP = 'UPDATE' THEN
-    {insert("U", before + after, old + new, "old_rows o JOIN new_rows r ON r.seq = o.seq", "r.seq")}
+    {insert("U", slots, new, "new_rows")}
   ELSIF TG_OP = 'INSERT' THEN
-    {insert("I", after, new, "new_rows r", "r.seq")}
+    {insert("I", slots, new, "new_rows")}
   ELSIF TG_OP = 'DELETE' THEN
-    {insert("D", before, old, "old_rows o", "o.seq")}
+    {insert("D", slots[:1], ["seq"], "old_rows")}
   ELSE
     INSERT INTO conform_events (xid, pid, tbl, op, at_ms)
       VALUES (txn, pg_backend_pid(), '{table}', 'T', at);
   END IF;
   RETURN NULL;
 END $$"""
+
+
+def _baseline(table: str) -> str:
+    """One baseline event per row of ``table``, in the installing transaction."""
+    return (
+        f"INSERT INTO conform_events (xid, pid, tbl, op, at_ms, {', '.join(_slots(table))})\n"
+        f"  SELECT pg_current_xact_id()::text::bigint, pg_backend_pid(), '{table}', "
+        f"'{BASELINE}', {_CLOCK}, {', '.join(COLUMNS[table])} FROM {table} ORDER BY seq"
+    )
 
 
 _CREATE = (
@@ -127,8 +150,7 @@ _CREATE = (
     ),
     *(
         f"""CREATE TRIGGER conform_{table}_update AFTER UPDATE ON {table}
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
     *(
@@ -141,6 +163,7 @@ _CREATE = (
   FOR EACH STATEMENT EXECUTE FUNCTION conform_{table}()"""
         for table in (JOBS, REDRIVES)
     ),
+    *(_baseline(table) for table in (JOBS, REDRIVES)),
 )
 
 # The names an earlier version of the feed used are dropped too (conform_commits, its
@@ -175,11 +198,19 @@ _QUEUE_TABLES = """SELECT count(*) FROM unnest(ARRAY['jobs', 'redrives']) AS nam
   WHERE to_regclass(quote_ident(current_schema()) || '.' || quote_ident(name)) IS NOT NULL"""
 _LOCK = "LOCK TABLE jobs, redrives IN SHARE ROW EXCLUSIVE MODE"
 
-_SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
-_SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
+_EVENTS_COLUMNS = """SELECT attname FROM pg_attribute
+  WHERE attrelid = to_regclass(quote_ident(current_schema()) || '.conform_events')
+    AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""
+# The parts only an earlier version of the feed had (its commits table and functions).
+_EARLIER_PARTS = {
+    ("table", "conform_commits"),
+    ("sequence", "conform_commit_seq"),
+    ("function", "conform_record"),
+    ("function", "conform_commit"),
+}
 # The events above the highest number read or missed below it, and (the same snapshot)
 # the oldest transaction still open and the next transaction id (``Cursor``).
-_SELECT_EVENTS = f"""SELECT seq, xid, pid, tbl, op, at_ms, {", ".join(_SLOTS)}
+_SELECT_EVENTS = f"""SELECT {", ".join(_EVENT_COLUMNS)}
   FROM conform_events WHERE seq > %(top)s OR seq = ANY(%(missing)s::bigint[])
   ORDER BY seq"""
 _SELECT_HORIZON = """SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint
@@ -194,9 +225,15 @@ def installed(con: Any) -> bool:
     """Whether the whole feed is in the connection's current schema.
 
     Raises:
-        NotInstalled: only part of it is there (say which, and how to repair it).
+        NotInstalled: only part of it is there, or an earlier version's feed (say which,
+            and how to repair it).
     """
-    found = _parts(con) & set(_PARTS)
+    parts = _parts(con)
+    found = parts & set(_PARTS)
+    if ("table", "conform_events") in found or parts & _EARLIER_PARTS:
+        columns = tuple(str(name) for (name,) in con.execute(_EVENTS_COLUMNS).fetchall())
+        if columns != _EVENT_COLUMNS or parts & _EARLIER_PARTS:
+            raise NotInstalled(EARLIER_VERSION.format(found=", ".join(columns) or "none"))
     if found and found != set(_PARTS):
         missing = ", ".join(sorted(name for _, name in set(_PARTS) - found))
         raise NotInstalled(
@@ -207,13 +244,15 @@ def installed(con: Any) -> bool:
 
 
 def install(con: Any) -> bool:
-    """Add the feed to the current schema in one transaction; ``False`` if it was there.
+    """Add the feed to the current schema, with one baseline event per row the queue
+    holds, in one transaction; ``False`` if it was there.
 
     The queue's tables are locked against writes for the moment it takes, so that no
     transaction commits half before and half after the triggers exist.
 
     Raises:
         ValueError: the current schema holds no queue.
+        NotInstalled: part of a feed, or an earlier version's, is there.
     """
     with con.transaction():
         (tables,) = con.execute(_QUEUE_TABLES).fetchone()
@@ -238,17 +277,17 @@ def uninstall(con: Any) -> bool:
     return had
 
 
-# Where each table's images start in a row of _SELECT_EVENTS.
-_AT = {JOBS: 6, REDRIVES: 6 + 2 * len(COLUMNS[JOBS])}
+# Where each table's row starts in a row of _SELECT_EVENTS.
+_AT = {JOBS: 6, REDRIVES: 6 + len(COLUMNS[JOBS])}
 _WIDTH = {table: len(columns) for table, columns in COLUMNS.items()}
 
 
 def _event(row: tuple[Any, ...]) -> Event:
     number, _, _, table, op, at_ms = row[:6]
     start, width = _AT.get(table, 0), _WIDTH.get(table, 0)
-    before: Row | None = row[start : start + width] if op in ("U", "D") else None
-    after: Row | None = row[start + width : start + 2 * width] if op in ("I", "U") else None
-    return Event(number, table, op, before, after, at_ms)
+    seq = row[start] if start else 0
+    after: Row | None = row[start : start + width] if op in ("I", "U", BASELINE) else None
+    return Event(number, table, op, seq or 0, after, at_ms)
 
 
 @dataclass
@@ -349,22 +388,21 @@ def read_blocks(con: Any, cursor: Cursor) -> list[Block]:
         con.execute("COMMIT")
 
 
-def snapshot(con: Any, cursor: Cursor) -> tuple[dict[str, list[Row]], list[Block]]:
-    """In one REPEATABLE READ transaction: both tables and every committed transaction
-    of the feed (``cursor`` moved past them).
+def snapshot(con: Any, cursor: Cursor) -> tuple[list[Event], list[Block]]:
+    """In one REPEATABLE READ transaction: every committed transaction of the feed, its
+    baseline (the rows when it was installed, written by the installing transaction,
+    the first of all) apart (``cursor`` moved past them).
 
     Raises:
-        NotInstalled: the queue has no feed.
+        NotInstalled: the queue has no feed (or part of one, or an earlier version's).
     """
     con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
         if not installed(con):
             raise NotInstalled("no change feed on this queue: run courier conform --install first")
-        rows = {
-            JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
-            REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
-        }
         blocks = _read(con, cursor)
     finally:
         con.execute("COMMIT")
-    return rows, blocks
+    if blocks and all(event.op == BASELINE for event in blocks[0].events):
+        return blocks[0].events, blocks[1:]
+    return [], blocks

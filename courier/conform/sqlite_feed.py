@@ -1,10 +1,14 @@
 """The change feed of a queue file: row triggers on ``jobs`` and ``redrives``.
 
-``install`` adds, in one ``BEGIN IMMEDIATE`` transaction, the table ``conform_events``
-and six ``AFTER`` row triggers (insert, update, delete on each of the two tables), each
-of which records the row before and after, in the writer's own transaction (a rolled
-back write leaves no event). The contract's two tables are not touched; ``uninstall``
-drops the triggers and the table again. ``worker.py`` does not know the feed is there.
+``install`` adds, in one ``BEGIN IMMEDIATE`` transaction, the table ``conform_events``,
+six ``AFTER`` row triggers (insert, update, delete on each of the two tables), each of
+which records the row after the change (a deletion: its seq) in the writer's own
+transaction (a rolled back write leaves no event), and one baseline event (``B``) per
+row the queue holds then: every row's history starts inside the feed, and the checker
+rebuilds each change's row before from the row's previous event
+(``courier.conform.feed.Images``). The contract's two tables are not touched;
+``uninstall`` drops the triggers and the table again. ``worker.py`` does not know the
+feed is there.
 
 A trigger cannot see where a transaction begins, so each event also records the writer
 connection's ``total_changes()``: within one statement it goes up by one per event (the
@@ -15,8 +19,10 @@ under ``PRAGMA trusted_schema=OFF`` (no JSON, no table-valued pragma), so no wri
 settings can make them fail. The clock is SQLite's ``'now'``, the same reading for every
 row of one statement: the host's wall clock in milliseconds, as ``courier.clock`` reads it.
 
-Row values go into untyped slots (``b0``.., ``a0``..; a ``redrives`` row uses the first
-five), so a value keeps the type the writer gave it: an id written as a number shows as one.
+Row values go into untyped slots (``a0``..; a ``redrives`` row uses the first five), so a
+value keeps the type the writer gave it: an id written as a number shows as one. A feed
+installed by an earlier version (whose events held the row before too, in ``b0``..) is
+reported as such (``installed``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,17 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from courier.conform.feed import COLUMNS, JOBS, REDRIVES, Block, Event, NotInstalled, Row
+from courier.conform.feed import (
+    BASELINE,
+    COLUMNS,
+    EARLIER_VERSION,
+    JOBS,
+    REDRIVES,
+    Block,
+    Event,
+    NotInstalled,
+    split_baseline,
+)
 from courier.transient import is_busy
 
 __all__ = ["TRIGGERS", "blocks", "install", "installed", "read_events", "read_transaction"]
@@ -36,7 +52,6 @@ T = TypeVar("T")
 
 EVENTS = "conform_events"
 SLOTS = len(COLUMNS[JOBS])
-_BEFORE = tuple(f"b{n}" for n in range(SLOTS))
 _AFTER = tuple(f"a{n}" for n in range(SLOTS))
 # SQLite's 'now' in whole milliseconds: one reading per statement step.
 _CLOCK = "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
@@ -44,20 +59,28 @@ _CLOCK = "CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)"
 _CREATE_EVENTS = f"""CREATE TABLE IF NOT EXISTS {EVENTS} (
   seq INTEGER PRIMARY KEY,
   changes INTEGER NOT NULL, at_ms INTEGER NOT NULL, tbl TEXT NOT NULL, op TEXT NOT NULL,
-  {", ".join(_BEFORE)}, {", ".join(_AFTER)})"""
+  {", ".join(_AFTER)})"""
+_EVENT_COLUMNS = ("seq", "changes", "at_ms", "tbl", "op", *_AFTER)
 
 
 def _trigger(table: str, when: str, op: str) -> tuple[str, str]:
     columns = COLUMNS[table]
-    used = len(columns)
-    slots = [*_BEFORE[:used], *_AFTER[:used]]
-    old = [f"OLD.{c}" if op != "I" else "NULL" for c in columns]
-    new = [f"NEW.{c}" if op != "D" else "NULL" for c in columns]
+    # A deletion records the seq it deleted; an insert and an update the whole new row.
+    values = ["OLD.seq"] if op == "D" else [f"NEW.{c}" for c in columns]
     name = f"conform_{table}_{when.lower()}"
     return name, (
         f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {when} ON {table} BEGIN "
-        f"INSERT INTO {EVENTS} (changes, at_ms, tbl, op, {', '.join(slots)}) "
-        f"VALUES (total_changes(), {_CLOCK}, '{table}', '{op}', {', '.join(old + new)}); END"
+        f"INSERT INTO {EVENTS} (changes, at_ms, tbl, op, {', '.join(_AFTER[: len(values)])}) "
+        f"VALUES (total_changes(), {_CLOCK}, '{table}', '{op}', {', '.join(values)}); END"
+    )
+
+
+def _baseline(table: str) -> str:
+    columns = COLUMNS[table]
+    return (
+        f"INSERT INTO {EVENTS} (changes, at_ms, tbl, op, {', '.join(_AFTER[: len(columns)])}) "
+        f"SELECT 0, {_CLOCK}, '{table}', '{BASELINE}', {', '.join(columns)} "
+        f"FROM {table} ORDER BY seq"
     )
 
 
@@ -69,10 +92,9 @@ TRIGGERS = dict(
 
 _QUEUE_TABLES = "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
 _FEED_PARTS = "SELECT type, name FROM sqlite_master WHERE name = ? OR name LIKE 'conform_%'"
-_SELECT_EVENTS = f"""SELECT seq, changes, at_ms, tbl, op, {", ".join(_BEFORE)}, {", ".join(_AFTER)}
+_EVENTS_COLUMNS = f"SELECT name FROM pragma_table_info('{EVENTS}') ORDER BY cid"
+_SELECT_EVENTS = f"""SELECT {", ".join(_EVENT_COLUMNS)}
   FROM {EVENTS} WHERE seq > ? ORDER BY seq LIMIT ?"""
-_SELECT_JOBS = f"SELECT {', '.join(COLUMNS[JOBS])} FROM jobs ORDER BY seq"
-_SELECT_REDRIVES = f"SELECT {', '.join(COLUMNS[REDRIVES])} FROM redrives ORDER BY seq"
 _FORGET_SEQUENCE = f"DELETE FROM sqlite_sequence WHERE name = '{EVENTS}'"
 _INSTALL_BUSY_MS = 10_000
 SNAPSHOT_CHUNK = 20_000  # events per read transaction of a first read
@@ -88,11 +110,16 @@ def installed(con: sqlite3.Connection) -> bool:
     """Whether the whole feed is there (its table and its six triggers).
 
     Raises:
-        NotInstalled: only part of it is there (say which, and how to repair it).
+        NotInstalled: only part of it is there, or an earlier version's feed (say which,
+            and how to repair it).
     """
     parts = {name for _, name in con.execute(_FEED_PARTS, (EVENTS,)).fetchall()}
     wanted = {EVENTS, *TRIGGERS}
     found = parts & wanted
+    if EVENTS in found:
+        columns = tuple(name for (name,) in con.execute(_EVENTS_COLUMNS).fetchall())
+        if columns != _EVENT_COLUMNS:
+            raise NotInstalled(EARLIER_VERSION.format(found=", ".join(columns)))
     if found and found != wanted:
         missing = ", ".join(sorted(wanted - found))
         raise NotInstalled(
@@ -103,10 +130,12 @@ def installed(con: sqlite3.Connection) -> bool:
 
 
 def install(con: sqlite3.Connection) -> bool:
-    """Add the feed in one transaction; ``False`` if it was already there.
+    """Add the feed, with one baseline event per row the queue holds, in one transaction;
+    ``False`` if it was already there.
 
     Raises:
         ValueError: the file holds no queue (no ``jobs`` and ``redrives`` tables).
+        NotInstalled: part of a feed, or an earlier version's, is there.
     """
     con.execute(f"PRAGMA busy_timeout = {_INSTALL_BUSY_MS}")
     con.execute("BEGIN IMMEDIATE")
@@ -120,6 +149,8 @@ def install(con: sqlite3.Connection) -> bool:
         con.execute(_CREATE_EVENTS)
         for statement in TRIGGERS.values():
             con.execute(statement)
+        for table in (JOBS, REDRIVES):
+            con.execute(_baseline(table))
         con.execute("COMMIT")
     except BaseException:
         if con.in_transaction:
@@ -150,11 +181,10 @@ def uninstall(con: sqlite3.Connection) -> bool:
 
 
 def _event(row: tuple[Any, ...]) -> Event:
-    number, changes, at_ms, table, op = row[:5]
-    used = len(COLUMNS.get(table, ()))
-    before: Row | None = tuple(row[5 : 5 + used]) if op in ("U", "D") else None
-    after: Row | None = tuple(row[5 + SLOTS : 5 + SLOTS + used]) if op in ("I", "U") else None
-    return Event(int(number), str(table), str(op), before, after, int(at_ms), int(changes))
+    number, changes, at_ms, table, op, seq = row[:6]
+    width = len(COLUMNS.get(table, ()))
+    after = tuple(row[5 : 5 + width]) if op in ("I", "U", BASELINE) else None
+    return Event(int(number), str(table), str(op), int(seq or 0), after, int(at_ms), int(changes))
 
 
 def read_events(con: sqlite3.Connection, after: int, limit: int) -> list[Event]:
@@ -198,37 +228,31 @@ def read_transaction(
         time.sleep(RETRY_S)
 
 
-def snapshot(con: sqlite3.Connection) -> tuple[dict[str, list[Row]], list[Event]]:
-    """Both tables and every event of the feed, the rows as they were after the last event.
+def snapshot(con: sqlite3.Connection) -> tuple[list[Event], list[Block]]:
+    """Every event of the feed: its baseline (the rows when it was installed) and the
+    blocks after it.
 
     The events are read in chunks, each in a read transaction of its own (a read holds
-    the file's shared lock, which keeps writers from committing), and the last chunk with
-    both tables in one: events are only ever added, so the rows then are the rows after
-    every event read.
+    the file's shared lock, which keeps writers from committing): events are only ever
+    added, so the chunks together are the feed as it was at the last one.
 
     Raises:
-        NotInstalled: the queue has no feed.
+        NotInstalled: the queue has no feed (or part of one, or an earlier version's).
         sqlite3.OperationalError: the file stayed busy for ``SNAPSHOT_PATIENCE_S``.
     """
     events: list[Event] = []
 
-    def chunk(con: sqlite3.Connection) -> tuple[list[Event], dict[str, list[Row]] | None]:
+    def chunk(con: sqlite3.Connection) -> list[Event]:
         if not installed(con):
             raise NotInstalled("no change feed on this queue: run courier conform --install first")
-        batch = read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
-        if len(batch) == SNAPSHOT_CHUNK:
-            return batch, None
-        rows = {
-            JOBS: [tuple(r) for r in con.execute(_SELECT_JOBS).fetchall()],
-            REDRIVES: [tuple(r) for r in con.execute(_SELECT_REDRIVES).fetchall()],
-        }
-        return batch, rows
+        return read_events(con, events[-1].number if events else 0, SNAPSHOT_CHUNK)
 
     while True:
-        batch, rows = read_transaction(con, chunk, SNAPSHOT_PATIENCE_S)
+        batch = read_transaction(con, chunk, SNAPSHOT_PATIENCE_S)
         events += batch
-        if rows is not None:
-            return rows, events
+        if len(batch) < SNAPSHOT_CHUNK:
+            baseline, rest = split_baseline(events)
+            return baseline, blocks(rest)
 
 
 def _statements(events: list[Event]) -> Iterator[tuple[list[Event], bool]]:

@@ -1,10 +1,11 @@
 """The queue's two tables as the checker replays them, with what a claim's check asks.
 
-``Tables`` starts from the rows the queue had when the feed began (``before_feed``:
-the rows read now, with every event of the feed undone, newest first) and applies each
+``Tables`` starts from the rows the queue had when the feed began (``before_feed``: the
+rows of the feed's baseline events, which ``--install`` wrote) and applies each
 transaction's changes as they were committed, whatever the checker thought of them: the
-truth is what committed. Beside the rows it keeps two indexes over the *live* jobs
-(``pending`` and ``leased``), the only ones a claim looks at:
+truth is what committed. A change's row before is the one the feed's reader rebuilt from
+the row's previous event (``courier.conform.feed.Images``). Beside the rows it keeps two
+indexes over the *live* jobs (``pending`` and ``leased``), the only ones a claim looks at:
 
 - the live seqs in order, for "was a lower-seq job claimable?" (``live_below``);
 - a heap of the moment each live job becomes quarantinable (``quarantine_at``), for
@@ -21,7 +22,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from courier.conform.feed import JOBS, REDRIVES, Event, Row
+from courier.conform.feed import BASELINE, JOBS, REDRIVES, Event, Row
 
 __all__ = ["ALWAYS", "LIVE", "Change", "Tables", "net_changes", "quarantine_at"]
 
@@ -46,22 +47,26 @@ class Change:
 
 def net_changes(events: Iterable[Event]) -> tuple[list[Change], list[str]]:
     """The net change of each row ``events`` touched, in the order of their first events,
-    and what in them no replay can follow (a truncation, a seq changed in place)."""
+    and what in them no replay can follow: a truncation, a baseline event after the
+    feed's start, and an update or deletion of a row the feed holds no earlier image of
+    (the feed did not record a change of it: a trigger was dropped for a while, or the
+    row's seq was changed in place)."""
     changes: dict[tuple[str, int], Change] = {}
     odd: list[str] = []
     for event in events:
-        if event.op == "T":
-            odd.append(f"table {event.table} truncated")
+        op = event.op
+        if op == "T" or op == BASELINE:
+            what = "truncated" if op == "T" else "given a baseline event again"
+            odd.append(f"table {event.table} {what}")
             continue
-        if (
-            event.before is not None
-            and event.after is not None
-            and event.before[0] != event.after[0]
-        ):
-            odd.append(f"{event.table} seq {event.before[0]} changed to {event.after[0]}")
         key = (event.table, event.seq)
         known = changes.get(key)
         if known is None:
+            if event.before is None and op != "I":
+                odd.append(
+                    f"{event.table} seq {event.seq}: the feed holds no earlier image of "
+                    "this row (a change of it was not recorded)"
+                )
             changes[key] = Change(event.table, event.seq, event.before, event.after, event.number)
         else:
             changes[key] = Change(event.table, event.seq, known.before, event.after, known.first)
@@ -116,20 +121,10 @@ class Tables:
             self.top[table] = max([top.get(table, 0), *seqs])
 
     @classmethod
-    def before_feed(cls, rows: dict[str, list[Row]], events: list[Event]) -> Tables:
-        """The tables as they were before the first of ``events``: ``rows`` (read after
-        the last of them) with each event undone, newest first."""
-        tables = {table: {int(row[0]): row for row in found} for table, found in rows.items()}
-        for event in reversed(events):
-            if event.op == "T":
-                continue
-            table = tables.setdefault(event.table, {})
-            if event.after is not None:
-                table.pop(int(event.after[0]), None)
-            if event.before is not None:
-                table[int(event.before[0])] = event.before
-        restored = {table: [found[seq] for seq in sorted(found)] for table, found in tables.items()}
-        return cls(restored, {})
+    def before_feed(cls, rows: dict[str, list[Row]]) -> Tables:
+        """The tables as they were when the feed began: the rows of its baseline events
+        (``courier.conform.feed.Images.start``)."""
+        return cls(rows, {})
 
     # --- rows ------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 
 Each example runs on a queue file and on a PostgreSQL database (``fed``). Installing
 the feed leaves the contract's two tables as they were, a rolled-back write leaves no
-event, and removing it leaves the schema exactly as ``open_queue`` made it.
+event, and removing it leaves the schema exactly as ``open_queue`` made it. The feed
+records each row after a change only; the reader rebuilds the row before from the row's
+previous event, starting from the baseline events ``--install`` writes.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import pytest
 
 import worker
 from courier.commands.conform import install_feed, uninstall_feed
+from courier.conform import sqlite_feed
 from courier.conform.checker import Feed, check_all, rules_for
-from courier.conform.feed import NotInstalled
+from courier.conform.feed import Event, Images, NotInstalled
 from courier.conform.postgres_feed import Cursor
+from courier.conform.tables import net_changes
 from tests.conform.fed import Fed, open_fed
 
 
@@ -182,3 +186,130 @@ def test_postgres_checks_each_transaction_as_it_becomes_visible(
     finally:
         feed.close()
         fed.close()
+
+
+def test_rows_from_before_the_feed_start_from_their_baseline_events(fed: Fed) -> None:
+    """The feed records each row after a change only; a row's row before is its previous
+    event's, and for a row the queue held at ``--install`` its baseline event's."""
+    q, con = fed.module, fed.con
+    assert uninstall_feed(fed.target) is True
+    now = fed.now() - 10_000
+    q.enqueue_many(con, [{"id": f"j{n}", "qty": n + 1} for n in range(4)], now, 60_000)
+    done = q.claim(con, "c0", now + 1)
+    assert done is not None and q.finish(con, done, "ok", now + 2) == "done"
+    held = q.claim(con, "c0", now + 3)  # j1 stays leased across the install
+    assert held is not None
+    assert install_feed(fed.target) is True
+    assert q.finish(con, held, "retry", now + 4, 0) == "pending"
+    tickets = q.claim_many(con, "c1", now + 5, 3, 500)  # j1, j2, j3
+    assert [t["id"] for t in tickets] == ["j1", "j2", "j3"]
+    results = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]
+    assert q.finish_many(con, results, now + 6) == ["done"] * 3
+    feed = Feed(fed.target, rules_for(fed.target, simulated=False, skew_ms=0))
+    try:
+        checker, blocks = feed.start()
+        held_then = {row[1]: row[3] for row in checker.tables.jobs.values()}
+        assert held_then == {"j0": "done", "j1": "leased", "j2": "pending", "j3": "pending"}
+        finish = blocks[0].events[0]
+        assert finish.before is not None and finish.after is not None
+        assert (finish.before[1], finish.before[3], finish.before[6]) == ("j1", "leased", 1)
+        assert (finish.after[3], finish.after[6]) == ("pending", 1)
+        for block in blocks:
+            checker.check(block)
+    finally:
+        feed.close()
+    assert [f.problems for f in checker.unexplained] == []
+    assert dict(checker.operations) == {"finish": 1, "claim_many": 1, "finish_many": 1}
+
+
+def test_a_change_the_feed_did_not_record_is_flagged(fed: Fed) -> None:
+    """The row before is rebuilt from the feed's own events: a claim made while the
+    update trigger was gone leaves the next finish to be judged from the pending row the
+    feed last saw, which no finish settles; a row updated that the feed never saw
+    inserted is flagged as such."""
+    q, con = fed.module, fed.con
+    now = fed.now() - 10_000
+    q.enqueue(con, {"id": "a", "qty": 1}, now, 60_000)
+    q.enqueue(con, {"id": "b", "qty": 1}, now, 60_000)
+    trigger = "conform_jobs_update"
+    if fed.kind == "sqlite":
+        fed.sql(f"DROP TRIGGER {trigger}")
+        ticket = q.claim(con, "c1", now + 1)
+        fed.sql(sqlite_feed.TRIGGERS[trigger])
+    else:
+        fed.sql(f"ALTER TABLE jobs DISABLE TRIGGER {trigger}")
+        ticket = q.claim(con, "c1", now + 1)
+        fed.sql(f"ALTER TABLE jobs ENABLE TRIGGER {trigger}")
+    assert ticket is not None and ticket["id"] == "a"
+    assert q.finish(con, ticket, "ok", now + 2) == "done"
+    fed.sql(
+        "DELETE FROM conform_events WHERE tbl = 'jobs' AND op = 'I' AND a_id = 'b'"
+        if fed.kind == "postgres"
+        else "DELETE FROM conform_events WHERE tbl = 'jobs' AND op = 'I' AND a1 = 'b'"
+    )
+    fed.sql("UPDATE jobs SET qty = 2 WHERE id = 'b'")
+    checker = fed.check()
+    assert checker.transactions == 3  # enqueue a, the finish, the update of b
+    finish, update = checker.unexplained
+    (change,) = finish.changes
+    assert change.before is not None and change.after is not None
+    assert (change.before[3], change.before[6]) == ("pending", 0)  # the feed's last image
+    assert (change.after[3], change.after[6]) == ("done", 1)
+    assert any("a finish settles a leased job" in p for p in finish.problems), finish.problems
+    assert any("no earlier image of this row" in p for p in update.problems), update.problems
+
+
+def test_a_feed_of_an_earlier_version_is_named_as_such(fed: Fed) -> None:
+    """A feed whose events hold other columns (an earlier version's, with the row before
+    too) is refused with what to do, and --uninstall, --install repair it."""
+    fed.close()
+    column = "b0" if fed.kind == "sqlite" else "b_seq bigint"
+    fed.sql(f"ALTER TABLE conform_events ADD COLUMN {column}")
+    with pytest.raises(NotInstalled, match=r"earlier version.*--uninstall, then --install"):
+        check_all(fed.target, rules_for(fed.target, simulated=False, skew_ms=0))
+    with pytest.raises(NotInstalled, match="earlier version"):
+        install_feed(fed.target)
+    assert uninstall_feed(fed.target) is True
+    assert install_feed(fed.target) is True
+    if fed.kind == "postgres":  # the first version's commits table
+        fed.sql("CREATE TABLE conform_commits (seq bigint)")
+        with pytest.raises(NotInstalled, match="earlier version"):
+            check_all(fed.target, rules_for(fed.target, simulated=False, skew_ms=0))
+        assert uninstall_feed(fed.target) is True
+    fed.con = fed.module.open_queue(fed.target)
+
+
+def test_images_rebuild_each_row_before_from_its_previous_event() -> None:
+    def event(number: int, op: str, seq: int, after: tuple[Any, ...] | None) -> Event:
+        return Event(number, "redrives", op, seq, after, 0)
+
+    images = Images()
+    assert images.start([event(1, "B", 7, (7, "a", 1, 5, "x"))]) == {
+        "jobs": [],
+        "redrives": [(7, "a", 1, 5, "x")],
+    }
+    events = [
+        event(2, "U", 7, (7, "a", 1, 5, "y")),
+        event(3, "I", 8, (8, "b", 2, 6, "z")),
+        event(4, "U", 7, (7, "a", 1, 5, "w")),
+        event(5, "D", 8, None),
+        event(6, "U", 9, (9, "c", 3, 7, "v")),  # never seen: no image
+    ]
+    images.rebuild(events)
+    assert [e.before for e in events] == [
+        (7, "a", 1, 5, "x"),
+        None,
+        (7, "a", 1, 5, "y"),
+        (8, "b", 2, 6, "z"),
+        None,
+    ]
+    changes, odd = net_changes(events)
+    assert [(c.seq, c.before, c.after) for c in changes] == [
+        (7, (7, "a", 1, 5, "x"), (7, "a", 1, 5, "w")),
+        (8, None, None),
+        (9, None, (9, "c", 3, 7, "v")),
+    ]
+    assert odd == [
+        "redrives seq 9: the feed holds no earlier image of this row (a change "
+        "of it was not recorded)"
+    ]
