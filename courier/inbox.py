@@ -194,6 +194,18 @@ def _delivery(
     return body
 
 
+def _request_row(
+    request: RequestLine, status: int, delivery_id: str | None, sender: str | None
+) -> Callable[[sqlite3.Connection], None]:
+    """The body of one request's row in the log (``Inbox.record_request``)."""
+    row = (request.method, request.path, status, delivery_id, sender, clock_ms())
+
+    def body(con: sqlite3.Connection) -> None:
+        con.execute(_INSERT_REQUEST, row)
+
+    return body
+
+
 @dataclass
 class _Write(Generic[T]):
     """One write waiting for the commit that holds it: its body, then what came of it.
@@ -542,15 +554,13 @@ class Inbox:
         tag: Any,
     ) -> None:
         """``record_request``, submitted to the committer (rule 4)."""
-        row = (request.method, request.path, status, delivery_id, sender, clock_ms())
-        self.submit(lambda con: con.execute(_INSERT_REQUEST, row), tag)
+        self.submit(_request_row(request, status, delivery_id, sender), tag)
 
     def record_request(
         self, request: RequestLine, status: int, delivery_id: str | None, sender: str | None
     ) -> None:
         """Log one request that applied no effect (rejected input, wrong route)."""
-        row = (request.method, request.path, status, delivery_id, sender, clock_ms())
-        self._write(lambda con: con.execute(_INSERT_REQUEST, row))
+        self._write(_request_row(request, status, delivery_id, sender))
 
     def summary(self) -> dict[str, Any]:
         """The inbox totals and rows, read in one consistent snapshot.
