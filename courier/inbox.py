@@ -449,20 +449,27 @@ class Inbox:
             committer.join()
 
     def _commit_while_running(self) -> None:
-        while True:
-            with self._lock:
-                while not self._waiting and not self._stopping:
-                    self._work.wait()
-                if not self._waiting:  # stopping, nothing left: writes lead again
-                    self._committer = None
-                    self._on_settled = None
-                    return
-                self._committing = True
-            try:
-                self._commit_group()
-            finally:
+        try:
+            while True:
                 with self._lock:
-                    self._committing = False
+                    while not self._waiting and not self._stopping:
+                        self._work.wait()
+                    if not self._waiting:  # stopping, nothing left: writes lead again
+                        return
+                    self._committing = True
+                try:
+                    self._commit_group()
+                finally:
+                    with self._lock:
+                        self._committing = False
+        finally:
+            with self._lock:
+                self._committer = None
+                self._on_settled = None
+                abandoned, self._waiting = self._waiting, []
+            for write in abandoned:  # only if the committer itself failed: none is left waiting
+                write.error = RuntimeError("the inbox's committer ended")
+            self._settle(abandoned)
 
     def submit(self, body: Callable[[sqlite3.Connection], Any], tag: Any) -> None:
         """Queue ``body`` for the committer's next group (rule 4) and return at once;

@@ -148,7 +148,13 @@ class _Loop:
 
     def settled(self, writes: list[Submitted]) -> None:
         """The committer's ``on_settled`` (its thread): answer them on the loop."""
-        self.loop.call_soon_threadsafe(self.answer_all, writes)
+        self.post(self.answer_all, writes)
+
+    def post(self, callback: Callable[..., None], *args: Any) -> None:
+        """Have the loop call ``callback(*args)`` (from any thread). Once the loop has
+        ended (``stop`` gave up waiting), there is no one left to answer: nothing."""
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self.loop.call_soon_threadsafe(callback, *args)
 
     def answer_all(self, writes: list[Submitted]) -> None:
         for write in writes:
@@ -360,10 +366,10 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             summary = self.settings.inbox.summary()
         except sqlite3.Error as error:
-            self.side.loop.call_soon_threadsafe(self.unavailable, self.request, error)
+            self.side.post(self.unavailable, self.request, error)
             return
         closing = {"Connection": "close"} if unread not in (None, "0") else {}
-        self.side.loop.call_soon_threadsafe(self.reply, HTTPStatus.OK, summary, closing)
+        self.side.post(self.reply, HTTPStatus.OK, summary, closing)
 
     # --- answering ---------------------------------------------------------------------
 
@@ -389,7 +395,7 @@ class _Connection(asyncio.BufferedProtocol):
 
         def after_commit() -> None:
             answer = intervention.after_commit(verdict)
-            self.side.loop.call_soon_threadsafe(self.delivered, pending, verdict, answer)
+            self.side.post(self.delivered, pending, verdict, answer)
 
         self.side.in_thread("receiver-interference", after_commit)
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,35 @@ def test_many_connections_at_once_are_committed_together_and_each_answered(
     summary = Inbox(tmp_path / "inbox.sqlite", create=False).summary()
     assert (summary["requests"], summary["effects"]) == (senders * each, senders * each)
     assert writes == senders * each and commits < writes
+
+
+def test_a_delivery_whose_client_left_is_still_committed_when_the_receiver_stops(
+    tmp_path: Path,
+) -> None:
+    """The client goes away while its delivery waits for the inbox (held by another
+    connection), and the receiver is stopped before the commit: the stop waits for it,
+    the delivery is committed once, and no thread fails answering a client that left."""
+    inbox = tmp_path / "inbox.sqlite"
+    failures: list[BaseException | None] = []
+    hook, threading.excepthook = threading.excepthook, lambda args: failures.append(args.exc_value)
+    try:
+        receiver = Receiver(inbox).start()
+        holder = sqlite3.connect(inbox, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        with socket.create_connection((receiver.host, receiver.port), timeout=10) as sock:
+            sock.sendall(post_bytes(GOOD))
+            deadline = time.monotonic() + 10
+            while receiver.inbox.waiting_writes() < 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+        def release() -> None:
+            holder.execute("ROLLBACK")
+            holder.close()
+
+        threading.Timer(0.5, release).start()
+        receiver.stop()
+    finally:
+        threading.excepthook = hook
+    assert failures == []
+    summary = Inbox(inbox, create=False).summary()
+    assert (summary["effects"], summary["requests"]) == (1, 1)
