@@ -280,6 +280,14 @@ def batched(part: dict[str, Any], backend: str, titled: bool = True) -> str:
             "no_commit_vs_http": float(part["no_commit_vs_http"]),
             "batched_vs_inbox": float(part["batched_vs_inbox"]),
         }
+    recorded = part.get("recorded")  # a section recorded apart from the rest of its page
+    if recorded:
+        values |= {
+            "recorded_command": recorded["command"],
+            "recorded_load_before": recorded["load_average_before"],
+            "recorded_load_after": recorded["load_average_after"],
+            "recorded_why": recorded["why"],
+        }
     return _fill("batches", values)
 
 

@@ -97,8 +97,9 @@ class FaultInjector:
     """The soak's ``Interference``: ``faults`` picks each delivery's fault, ``on_commit``
     hears of each commit (both optional; without either it changes nothing).
 
-    Both are called on the receiver's handler threads, so they must be thread-safe
-    and quick (a ``Fault``'s delay is the injector's to sleep).
+    ``faults`` is called on the receiver's event loop and ``on_commit`` on a thread of
+    its own per delivery, so both must be thread-safe and quick (a ``Fault``'s delay is
+    the injector's to sleep, on that thread).
     """
 
     def __init__(

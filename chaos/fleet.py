@@ -2,7 +2,7 @@
 
 The fleet is the one face the soak's driver (``chaos.run``) and the receiver's
 chaos (``chaos.receiver``) act through; it holds four parts, each with its own
-state, and one lock over all of them, since the receiver's handler threads act on
+state, and one lock over all of them, since the receiver's ``after_commit`` threads act on
 the sender of a delivery while the main loop reaps and restarts:
 
 - ``roster`` (``chaos.roster``): who runs, reaped and restarted, and every kill;
@@ -160,7 +160,7 @@ class Fleet:
     def act_on_sender(self, sender: str | None, event: ChaosEvent, job: str | None = None) -> bool:
         """Kill, pause or cut off the courier that sent a delivery the receiver just committed.
 
-        Called on a receiver handler thread, after the inbox commit and before the
+        Called on a receiver's ``after_commit`` thread, after the inbox commit and before the
         answer: the courier is waiting for it, so its ``finish`` has not happened.
         ``job`` is the delivery's id. ``False`` if it could not be done.
         """

@@ -2,7 +2,7 @@
 
 ``ReceiverChaos.fault_for`` and ``ReceiverChaos.on_commit`` are plugged into
 ``courier.receiver.Receiver`` by ``interference()`` (a ``chaos.faults.FaultInjector``);
-they run on its handler threads, under one lock. The
+they run on its event loop and its ``after_commit`` threads, under one lock. The
 n-th well-formed delivery gets ``chaos.schedule.receiver_fault(seed, n)``. An armed
 event (a kill, a pause or a partition after commit) waits for the next delivery
 that commits, from any courier that may be signalled, and is then fired at that

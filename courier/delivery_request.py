@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from email.message import Message
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import worker
 
@@ -35,6 +34,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "SENDER_HEADER",
     "SUMMARY_PATHS",
+    "Headers",
     "Problem",
     "RequestLine",
     "allowed_method",
@@ -62,6 +62,15 @@ class Problem(Exception):
         self.status = status
         self.code = code
         self.detail = detail
+
+
+class Headers(Protocol):
+    """A request's header fields, looked up without case (``courier.request_head.Head``
+    and the stdlib's ``email.message.Message`` are such)."""
+
+    def get(self, name: str, default: str | None = None) -> str | None: ...
+
+    def get_all(self, name: str, failobj: list[str] | None = None) -> list[str] | None: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,7 @@ def check_route(request: RequestLine) -> None:
         )
 
 
-def sender_of(headers: Message) -> str | None:
+def sender_of(headers: Headers) -> str | None:
     """The ``X-Courier`` header, or ``None`` if there is none; raises ``Problem`` (400)
     if it is not an identifier."""
     sender = headers.get(SENDER_HEADER)
@@ -107,7 +116,7 @@ def sender_of(headers: Message) -> str | None:
     return sender
 
 
-def body_length(headers: Message) -> int:
+def body_length(headers: Headers) -> int:
     """The number of body bytes to read, from headers that keep rule 3; else ``Problem``."""
     if headers.get("Transfer-Encoding") is not None:
         raise Problem(HTTPStatus.LENGTH_REQUIRED, "length_required", "send Content-Length")

@@ -14,14 +14,21 @@ qty)`` in this file of its own (never the queue file). The rules it keeps:
    one kept connection, and writes that come together commit together (group
    commit): while one thread commits, the writes of other threads wait; the next
    committer takes every waiting write into one ``BEGIN IMMEDIATE`` transaction,
-   each in a savepoint of its own and in arrival order, so a delivery sees the
-   ones before it (the same dedup by ``(id, qty)``), and one sync of the log
-   commits them all. No write returns before the commit that holds it, and a
-   write that failed alone is rolled back alone. Reads open a short-lived
+   in arrival order, so a delivery sees the ones before it (the same dedup by
+   ``(id, qty)``), and one sync of the log commits them all. No write returns
+   before the commit that holds it, and a write that failed alone is rolled back
+   alone (if one fails, the group is applied again, each write in a savepoint of
+   its own). Reads open a short-lived
    connection each and see one consistent snapshot.
-4. The request log (``requests``) keeps every request the receiver routed, so the
+4. While a *committer* runs (``start_committing``, the receiver's), one thread of
+   its own makes every commit: a write may then also be *submitted*
+   (``submit_delivery``, ``submit_request``), which returns at once; once the
+   transaction that holds it has committed (or failed), the committer hands the
+   group's submitted writes to ``on_settled`` in one call, on its own thread. A
+   blocking write (``deliver``, ``record_request``) waits for the committer then.
+5. The request log (``requests``) keeps every request the receiver routed, so the
    count survives restarts and is visible to other processes.
-5. The inbox tables go only into a new or empty file, or an inbox: a queue file (or
+6. The inbox tables go only into a new or empty file, or an inbox: a queue file (or
    any file with other tables) is refused and left as it was.
 """
 
@@ -42,7 +49,7 @@ from typing import Any, Generic, Literal, TypeVar
 from courier.clock import clock_ms
 from courier.delivery_request import RequestLine
 
-__all__ = ["GROUP_LIMIT", "INBOX_SCHEMA", "Inbox", "Verdict"]
+__all__ = ["GROUP_LIMIT", "INBOX_SCHEMA", "Inbox", "OnSettled", "Submitted", "Verdict"]
 
 Verdict = Literal["applied", "duplicate", "conflict"]
 T = TypeVar("T")
@@ -66,7 +73,9 @@ _COUNT_INBOX_TABLES = """SELECT count(*) FROM sqlite_master
   WHERE type = 'table' AND name IN ('inbox', 'effects', 'requests')"""
 _TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _SELECT_INBOX_QTY = "SELECT qty FROM inbox WHERE id = ?"
-_INSERT_INBOX = "INSERT INTO inbox (id, qty, sender, received_at_ms) VALUES (?, ?, ?, ?)"
+# A first delivery inserts its row; an id already there changes nothing (rowcount 0).
+_INSERT_INBOX = """INSERT INTO inbox (id, qty, sender, received_at_ms) VALUES (?, ?, ?, ?)
+  ON CONFLICT (id) DO NOTHING"""
 _INSERT_EFFECT = "INSERT INTO effects (id, qty, at_ms) VALUES (?, ?, ?)"
 _INSERT_REQUEST = """INSERT INTO requests (method, path, status, delivery_id, sender, at_ms)
   VALUES (?, ?, ?, ?, ?, ?)"""
@@ -110,6 +119,28 @@ def _create_tables(con: sqlite3.Connection) -> None:
         con.execute(sql)
 
 
+def _apply_all(con: sqlite3.Connection, group: list[_Write[Any]]) -> None:
+    """The writes of a group, in order, in the transaction begun on ``con``.
+
+    Each write's own savepoint costs two statements more than its body: so the group
+    is first applied without them, and only if a body raises (which no delivery's
+    does unless the file fails) is the transaction rolled back and begun again, and
+    the group applied again with a savepoint a write (``_apply_one``), so that the
+    write that failed fails alone."""
+    try:
+        for write in group:
+            write.result = write.body(con)
+        return
+    except Exception:
+        if not con.in_transaction:
+            raise
+    con.execute("ROLLBACK")
+    con.execute("BEGIN IMMEDIATE")
+    for write in group:
+        write.result = None
+        _apply_one(con, write)
+
+
 def _apply_one(con: sqlite3.Connection, write: _Write[Any]) -> None:
     """One write of a group, in a savepoint of its own: an error rolls back its
     changes alone, unless SQLite ended the whole transaction (then it is raised)."""
@@ -139,6 +170,42 @@ def _in_transaction(
     return result
 
 
+def _delivery(
+    delivery_id: str, qty: int, sender: str | None, request: RequestLine
+) -> Callable[[sqlite3.Connection], Verdict]:
+    """The body of one delivery's write (``Inbox.deliver``): apply it at most once, and
+    log its request with status 200 or 409."""
+
+    def body(con: sqlite3.Connection) -> Verdict:
+        now = clock_ms()
+        verdict: Verdict
+        if con.execute(_INSERT_INBOX, (delivery_id, qty, sender, now)).rowcount == 1:
+            con.execute(_INSERT_EFFECT, (delivery_id, qty, now))
+            verdict = "applied"
+        else:
+            (known,) = con.execute(_SELECT_INBOX_QTY, (delivery_id,)).fetchone()
+            verdict = "duplicate" if known == qty else "conflict"
+        status = HTTPStatus.CONFLICT if verdict == "conflict" else HTTPStatus.OK
+        con.execute(
+            _INSERT_REQUEST, (request.method, request.path, int(status), delivery_id, sender, now)
+        )
+        return verdict
+
+    return body
+
+
+def _request_row(
+    request: RequestLine, status: int, delivery_id: str | None, sender: str | None
+) -> Callable[[sqlite3.Connection], None]:
+    """The body of one request's row in the log (``Inbox.record_request``)."""
+    row = (request.method, request.path, status, delivery_id, sender, clock_ms())
+
+    def body(con: sqlite3.Connection) -> None:
+        con.execute(_INSERT_REQUEST, row)
+
+    return body
+
+
 @dataclass
 class _Write(Generic[T]):
     """One write waiting for the commit that holds it: its body, then what came of it.
@@ -149,6 +216,7 @@ class _Write(Generic[T]):
     """
 
     body: Callable[[sqlite3.Connection], T]
+    tag: Any = None  # a submitted write's (rule 4): what its submitter needs back
     lead: bool = False
     done: bool = False
     result: T | None = None
@@ -174,6 +242,12 @@ class _Write(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.result  # type: ignore[return-value]  # done: the body returned it
+
+
+Submitted = _Write[Any]
+"""A submitted write, as ``on_settled`` gets it: ``tag`` as given, and ``outcome()``."""
+
+OnSettled = Callable[[list[Submitted]], None]
 
 
 class Inbox:
@@ -204,6 +278,10 @@ class Inbox:
         self._lock = threading.Lock()  # guards the two below, and each write's flags
         self._waiting: list[_Write[Any]] = []  # in arrival order
         self._committing = False  # a thread commits (or is woken to): the others wait
+        self._committer: threading.Thread | None = None  # rule 4, while it runs
+        self._on_settled: OnSettled | None = None
+        self._work = threading.Condition(self._lock)  # the committer waits on it
+        self._stopping = False
         self.commits = 0
         self.writes = 0
         if create:
@@ -253,8 +331,15 @@ class Inbox:
         write: _Write[T] = _Write(body)
         with self._lock:
             self._waiting.append(write)
-            write.lead = not self._committing
-            self._committing = True
+            by_committer = self._committer is not None
+            if by_committer:  # rule 4: the committer commits it
+                self._work.notify()
+            else:
+                write.lead = not self._committing
+                self._committing = True
+        if by_committer:
+            write.sleep()  # the committer's group is bounded by the busy timeout
+            return write.outcome()
         if not write.lead:
             self._wait(write)
         if not write.done:  # this thread commits, for everyone waiting
@@ -296,8 +381,7 @@ class Inbox:
             con = self._writer()
             con.execute("BEGIN IMMEDIATE")
             group = self._take()  # once the lock is held: the latest comers too
-            for write in group:
-                _apply_one(con, write)
+            _apply_all(con, group)
             con.execute("COMMIT")
         except BaseException as error:
             group = group or self._take()  # those waiting would meet the same failure
@@ -329,12 +413,77 @@ class Inbox:
         if isinstance(error, sqlite3.Error):
             self._drop_writer()
 
-    @staticmethod
-    def _settle(group: list[_Write[Any]]) -> None:
-        """The writes of ``group`` are decided: wake their threads."""
+    def _settle(self, group: list[_Write[Any]]) -> None:
+        """The writes of ``group`` are decided: wake their threads, and hand the
+        submitted ones to ``on_settled`` (rule 4)."""
+        submitted = []
         for write in group:
             write.done = True
-            write.wake()
+            if write.tag is None:
+                write.wake()
+            else:
+                submitted.append(write)
+        if submitted and self._on_settled is not None:
+            self._on_settled(submitted)
+
+    def start_committing(self, on_settled: OnSettled) -> None:
+        """Start the committer (rule 4): from now on a thread of its own makes every
+        commit, and ``on_settled`` gets each group's submitted writes once decided
+        (on that thread; it must not raise or wait). ``stop_committing`` ends it."""
+        with self._lock:
+            if self._committer is not None or self._committing:
+                raise RuntimeError("the inbox commits already")
+            self._on_settled, self._stopping = on_settled, False
+            self._committer = threading.Thread(
+                target=self._commit_while_running, name=f"inbox-committer-{self.path.name}"
+            )
+        self._committer.start()
+
+    def stop_committing(self) -> None:
+        """Let the committer commit what waits, then end it and join it (writes from
+        then on commit as in rule 3). Nothing if it does not run."""
+        with self._lock:
+            committer, self._stopping = self._committer, True
+            self._work.notify()
+        if committer is not None:
+            committer.join()
+
+    def _commit_while_running(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not self._waiting and not self._stopping:
+                        self._work.wait()
+                    if not self._waiting:  # stopping, nothing left: writes lead again
+                        return
+                    self._committing = True
+                try:
+                    self._commit_group()
+                finally:
+                    with self._lock:
+                        self._committing = False
+        finally:
+            with self._lock:
+                self._committer = None
+                self._on_settled = None
+                abandoned, self._waiting = self._waiting, []
+            for write in abandoned:  # only if the committer itself failed: none is left waiting
+                write.error = RuntimeError("the inbox's committer ended")
+            self._settle(abandoned)
+
+    def submit(self, body: Callable[[sqlite3.Connection], Any], tag: Any) -> None:
+        """Queue ``body`` for the committer's next group (rule 4) and return at once;
+        ``tag`` (not ``None``) comes back to ``on_settled`` with it.
+
+        Raises:
+            RuntimeError: no committer runs.
+        """
+        write: _Write[Any] = _Write(body, tag)
+        with self._lock:
+            if self._committer is None:
+                raise RuntimeError("no committer runs: start_committing first")
+            self._waiting.append(write)
+            self._work.notify()
 
     def _writer(self) -> sqlite3.Connection:
         if self._kept is None or self._kept_by != os.getpid():
@@ -394,31 +543,31 @@ class Inbox:
         but the request log). The request row gets status 200 or 409 accordingly.
         """
 
-        def body(con: sqlite3.Connection) -> Verdict:
-            now = clock_ms()
-            row = con.execute(_SELECT_INBOX_QTY, (delivery_id,)).fetchone()
-            verdict: Verdict
-            if row is None:
-                con.execute(_INSERT_INBOX, (delivery_id, qty, sender, now))
-                con.execute(_INSERT_EFFECT, (delivery_id, qty, now))
-                verdict = "applied"
-            else:
-                verdict = "duplicate" if row[0] == qty else "conflict"
-            status = HTTPStatus.CONFLICT if verdict == "conflict" else HTTPStatus.OK
-            con.execute(
-                _INSERT_REQUEST,
-                (request.method, request.path, int(status), delivery_id, sender, now),
-            )
-            return verdict
+        return self._write(_delivery(delivery_id, qty, sender, request))
 
-        return self._write(body)
+    def submit_delivery(
+        self, delivery_id: str, qty: int, sender: str | None, request: RequestLine, tag: Any
+    ) -> None:
+        """``deliver``, submitted to the committer (rule 4): its ``outcome()`` is the
+        verdict."""
+        self.submit(_delivery(delivery_id, qty, sender, request), tag)
+
+    def submit_request(
+        self,
+        request: RequestLine,
+        status: int,
+        delivery_id: str | None,
+        sender: str | None,
+        tag: Any,
+    ) -> None:
+        """``record_request``, submitted to the committer (rule 4)."""
+        self.submit(_request_row(request, status, delivery_id, sender), tag)
 
     def record_request(
         self, request: RequestLine, status: int, delivery_id: str | None, sender: str | None
     ) -> None:
         """Log one request that applied no effect (rejected input, wrong route)."""
-        row = (request.method, request.path, status, delivery_id, sender, clock_ms())
-        self._write(lambda con: con.execute(_INSERT_REQUEST, row))
+        self._write(_request_row(request, status, delivery_id, sender))
 
     def summary(self) -> dict[str, Any]:
         """The inbox totals and rows, read in one consistent snapshot.

@@ -2,7 +2,7 @@
 
 A receiver (``courier.receiver.Receiver``) runs without interference unless it is
 given an ``Interference``; then, for each well-formed delivery (routed, its
-sender and body valid), on the handler thread that serves it:
+sender and body valid):
 
 1. ``before_apply(id, sender)`` is asked once, before the inbox is touched, for an
    ``Intervention`` in this delivery (``None``: none).
@@ -14,9 +14,11 @@ sender and body valid), on the handler thread that serves it:
    takes delays the answer; ``False`` closes the connection with no answer at all,
    as a crash after the commit would. A ``conflict`` gets its 409 without a call.
 
-Both calls run on handler threads, many at once, so an interference must be
-thread-safe and bounded in time (a handler waits for it; ``MAX_REPLY_DELAY_MS``
-is the longest a shipped one waits). ``ReplyDelay`` is the one that ships
+``before_apply`` and ``refusal`` run on the receiver's event loop, which serves every
+connection: they must answer at once and never wait. ``after_commit`` runs on a
+thread of its own for each delivery, many at once, so it must be thread-safe and
+bounded in time (the answer waits for it; ``MAX_REPLY_DELAY_MS`` is the longest a
+shipped one waits). ``ReplyDelay`` is the one that ships
 (``courier serve --reply-delay-ms``); the soak's faults are ``chaos.faults``.
 Nothing reaches an interference over HTTP.
 """

@@ -173,17 +173,22 @@ class _Watched:
         self.send = send
         self.round = 0
         self._calls: list[_Call] = []
+        self._by_id: dict[Any, list[_Call]] = {}  # the same calls by job id, in order
         self._lock = threading.Lock()
 
     def new_round(self) -> None:
         with self._lock:
             self.round += 1
             self._calls = [c for c in self._calls if not c.kept and c.round >= self.round - 1]
+            self._by_id = {}
+            for call in self._calls:
+                self._by_id.setdefault(call.event.get("id"), []).append(call)
 
     def __call__(self, event: dict[str, Any]) -> bool:
         call = _Call(dict(event), self.round)
         with self._lock:
             self._calls.append(call)
+            self._by_id.setdefault(call.event.get("id"), []).append(call)
         try:
             acked = self.send(event)
         except BaseException as error:
@@ -195,10 +200,7 @@ class _Watched:
     def call_of(self, job_id: str) -> _Call | None:
         """The last call not kept yet that delivered ``job_id``, if any."""
         with self._lock:
-            return next(
-                (c for c in reversed(self._calls) if c.event.get("id") == job_id and not c.kept),
-                None,
-            )
+            return next((c for c in reversed(self._by_id.get(job_id, ())) if not c.kept), None)
 
     def unkept(self) -> list[_Call]:
         """The calls that ended and whose result was not kept."""
