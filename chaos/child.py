@@ -39,7 +39,7 @@ from chaos.schedule import Drill, parse_drill
 from courier import queueview
 from courier.batch_rounds import BatchRounds, QueueCalls
 from courier.clock import clock_ms
-from courier.delivery import HttpSend, HttpSends, Send
+from courier.delivery import Cause, Delivery, HttpSend, HttpSends, Send, can_start
 from courier.file_rounds import FileRounds
 from courier.procs import module_command
 from courier.runner import CourierReport, Rounds, run_courier
@@ -107,11 +107,13 @@ class FreezeOnRequest:
     """A ``send`` that stops its own process after a delivery, when asked to.
 
     The supervisor asks by creating ``request`` (``freeze_request``). After the
-    next call of ``send`` returns or raises, this courier takes the request (it
-    removes the file; one removed by the supervisor first is withdrawn), logs a
-    ``frozen`` line with the job's id and SIGSTOPs itself, still holding its
-    ticket: its ``finish`` reads the clock only once the supervisor's SIGCONT
-    has come. A courier that is stopping (``stop``) takes no request.
+    next call of ``send`` returns or raises (or the next delivery handed over with
+    ``start`` ends, before it is handed back to be finished), this courier takes
+    the request (it removes the file; one removed by the supervisor first is
+    withdrawn), logs a ``frozen`` line with the job's id and SIGSTOPs itself,
+    still holding its ticket: its ``finish`` reads the clock only once the
+    supervisor's SIGCONT has come. A courier that is stopping (``stop``) takes no
+    request.
     """
 
     def __init__(self, send: Send, events: EventLog, request: Path, stop: StopSignal) -> None:
@@ -126,6 +128,16 @@ class FreezeOnRequest:
         finally:
             self._freeze_if_asked(str(event.get("id")))
 
+    @property
+    def starts(self) -> bool:
+        """``send``'s: deliveries may be handed over (``courier.delivery``, rule 5)."""
+        return can_start(self.send)
+
+    def start(self, delivery: Delivery) -> None:
+        """Hand ``delivery`` to ``send``; it freezes as a call does, after the answer
+        and before the delivery's ``end`` hands it back to be finished."""
+        self.send.start(_FreezingDelivery(self, delivery))  # type: ignore[attr-defined]
+
     def _freeze_if_asked(self, job: str) -> None:
         if self.stop.is_set():
             return
@@ -135,6 +147,25 @@ class FreezeOnRequest:
             return
         self.events.write("frozen", id=job)
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@dataclasses.dataclass
+class _FreezingDelivery:
+    """A delivery handed to ``FreezeOnRequest.start``."""
+
+    freeze: FreezeOnRequest
+    delivery: Delivery
+    job: str = ""
+
+    def begin(self) -> dict[str, Any] | None:
+        event = self.delivery.begin()
+        if event is not None:
+            self.job = str(event.get("id"))
+        return event
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        self.freeze._freeze_if_asked(self.job)
+        self.delivery.end(outcome, cause)
 
 
 class DrillHook:

@@ -6,10 +6,13 @@ two batches in a pipeline.
 connection, turns and time base it uses through their ``call``. The rules it keeps:
 
 1. A batch is up to ``batch`` jobs claimed with one ``claim_many``, handed at once
-   to ``in_flight`` delivery threads, each sending one job at a time (with
-   ``HttpSends``, each on a kept-alive connection of its own). The jobs go out in
-   claim order, ``send`` and the classification exactly as ``run_once`` does them
-   (``worker.classify_send``), outside any transaction.
+   to the send, which has up to ``in_flight`` of them in flight, each on a
+   kept-alive connection of its own: a send that takes deliveries with ``start``
+   (``HttpSends`` to an ``http://`` receiver, and the wrappers that forward it:
+   ``courier.delivery``'s rule 5) runs them on its own event loop; any other
+   send is called by ``in_flight`` delivery threads, each sending one job at a
+   time. The jobs go out in claim order, sent and classified exactly as
+   ``run_once`` does it (``worker.classify_send``), outside any transaction.
 2. **Two batches in a pipeline** (``batch`` > 1). A round takes the batch claimed
    ahead by the round before (or claims one), claims the next batch as soon as
    this one's deliveries are handed out, and hands the next one's deliveries to the
@@ -65,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import worker
-from courier.delivery import Send
+from courier.delivery import Cause, Send, can_start
 from courier.runner import PartlyDone
 from courier.transient import is_transient
 
@@ -131,6 +134,39 @@ class _Batch:
     delivered: queue.SimpleQueue[_Delivered]
 
 
+class _Started:
+    """One job's delivery handed to a send's ``start`` (``courier.delivery.Delivery``):
+    begun only while its lease can cover it (rule 4), ended as ``run_once``
+    classifies it, then handed back to the round."""
+
+    def __init__(self, ticket: dict[str, Any], drawn: float, claimed: _Batch, timeout_ms: int):
+        self.ticket = ticket
+        self.drawn = drawn
+        self.claimed = claimed
+        self.timeout_ms = timeout_ms
+
+    def begin(self) -> dict[str, Any] | None:
+        ticket, claimed = self.ticket, self.claimed
+        now_ms = claimed.claimed_at + int((time.monotonic() - claimed.started) * 1000)
+        if now_ms + self.timeout_ms < ticket["lease_until"]:
+            return {"id": ticket["id"], "qty": ticket["qty"]}
+        claimed.delivered.put(_Delivered(ticket))
+        return None
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        def answer(_: dict[str, Any]) -> bool:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+        done = _Delivered(self.ticket)
+        try:
+            done.outcome, done.delay_ms = worker.classify_send(answer, self.ticket, self.drawn)
+        except BaseException as error:  # the round's thread decides; the job stays leased
+            done.error = error
+        self.claimed.delivered.put(done)
+
+
 class _Senders:
     """``count`` daemon threads that run deliveries handed to them, one at a time each.
 
@@ -169,9 +205,10 @@ class BatchRounds:
     only while its lease can cover it (rule 4). ``announce``, if given, is called
     with each batch's tickets before its deliveries start (``courier run``'s attempt
     log writes their claimed rows, ``AttemptLog.announcing_batches``); it must not
-    raise. The ``send`` of each round is called from ``in_flight`` threads at once,
-    and a batch claimed ahead is sent with the ``send`` of the round that claimed
-    it: it must allow that (``HttpSends`` does). ``close`` closes ``rounds`` too.
+    raise. The ``send`` of each round takes the deliveries with ``start`` if it can
+    (rule 1), else it is called from ``in_flight`` threads at once; a batch claimed
+    ahead is sent with the ``send`` of the round that claimed it: it must allow that
+    (``HttpSends`` does). ``close`` closes ``rounds`` too.
 
     Raises:
         ValueError: ``batch`` is not in 1..MAX_BATCH, ``in_flight`` not in
@@ -280,6 +317,10 @@ class BatchRounds:
         claimed = _Batch(tickets, claimed_at, time.monotonic(), queue.SimpleQueue())
         if self.announce is not None:
             self.announce(tickets)
+        if can_start(send):
+            for ticket in tickets:
+                send.start(_Started(ticket, jitter(), claimed, self.timeout_ms))  # type: ignore[attr-defined]
+            return claimed
         if self._senders is None:
             self._senders = _Senders(self.in_flight)
         for ticket in tickets:

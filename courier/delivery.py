@@ -20,6 +20,15 @@ Rules this module keeps:
 4. Deliveries in flight at once each need their own ``HttpSend`` (its connection and
    its ``last_cause`` are one): ``HttpSends`` is ``count`` of them behind one
    ``send``, each call on a free one, with ``last_cause`` kept per calling thread.
+5. A send whose ``starts`` is true also takes deliveries without a thread waiting
+   for each: ``start(delivery)`` hands over a ``Delivery`` and returns at once; the
+   send calls its ``begin`` when a connection is free (which gives the event, or
+   declines), and its ``end`` with what a call would have returned or raised, and
+   the cause. ``HttpSends`` does so for ``http://`` URLs, on an event loop of its
+   ``count`` connections (``courier.send_loop``); a wrapper of a send (the runner's,
+   the soak's) forwards ``starts`` and ``start`` if it can keep its own promises
+   that way, and the batched courier (``courier.batch_rounds``) hands its
+   deliveries over so when the send it was given can take them.
 """
 
 from __future__ import annotations
@@ -34,22 +43,29 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import worker
 from courier.wire import MAX_BODY_BYTES, Connection
+
+if TYPE_CHECKING:  # courier.send_loop uses this module's answers and causes
+    from courier.send_loop import SendLoop
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",
     "EXCERPT_CHARS",
     "RETRYABLE_4XX",
     "Cause",
+    "Delivery",
     "HttpSend",
     "HttpSends",
     "Send",
+    "answered",
+    "can_start",
     "cause_of",
     "classify_status",
     "describe_cause",
+    "failed",
     "outcome_of",
     "with_cause",
 ]
@@ -76,6 +92,22 @@ class Cause:
     kind: str
     detail: str
     http_status: int | None = None
+
+
+class Delivery(Protocol):
+    """One delivery handed to a send's ``start`` (rule 5)."""
+
+    def begin(self) -> dict[str, Any] | None:
+        """The event to send now that a connection is free, or ``None``: nothing is
+        sent (and ``end`` is not called). Called once, on the send's own thread; it
+        must not block or raise."""
+        ...
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        """The delivery ended: ``outcome`` is what the call would have returned or
+        raised, ``cause`` its answer's cause. Called once for each begun delivery,
+        on the send's own thread; it must not block or raise."""
+        ...
 
 
 def _excerpt(body: bytes) -> str:
@@ -162,24 +194,29 @@ class HttpSend:
         self._last_used = 0.0
         self._turn = threading.Lock()
 
-    def __call__(self, event: dict[str, Any]) -> bool:
+    @property
+    def address(self) -> tuple[str, int]:
+        """The receiver's host and port, as the URL names them."""
+        return self._host, self._port
+
+    def request(self, event: dict[str, Any]) -> bytes:
+        """The whole request that delivers ``event``, as it is written."""
         body = json.dumps(event).encode("utf-8")
-        request = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+        return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        request = self.request(event)
         with self._turn:
             self.last_cause = None
             try:
                 status, answer = self._exchange(request)
             except (OSError, http.client.HTTPException) as error:
-                cause = _failure_cause(error)
-                self.last_cause = cause
-                raise with_cause(
-                    worker.Retryable(f"no answer from {self.url}: {cause.detail}"), cause
-                ) from error
-        self.last_cause = Cause("answer", _excerpt(answer), status)
-        try:
-            return classify_status(status)
-        except (worker.Retryable, worker.Permanent) as refusal:
-            raise with_cause(refusal, self.last_cause) from None
+                failure, self.last_cause = failed(self.url, error)
+                raise failure from error
+        outcome, self.last_cause = answered(status, answer)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _exchange(self, request: bytes) -> tuple[int, bytes]:
         """One request on the kept connection (a new one if it cannot be reused), the
@@ -244,6 +281,30 @@ class HttpSends:
         for send in self.sends:
             self._free.put(send)
         self._causes = threading.local()
+        self._loop: SendLoop | None = None
+        self._loop_made = threading.Lock()
+
+    @property
+    def starts(self) -> bool:
+        """True if deliveries may be handed over with ``start`` (an ``http://`` URL)."""
+        return self.sends[0].url.startswith("http://")
+
+    def start(self, delivery: Delivery) -> None:
+        """Hand ``delivery`` to the event loop of these ``count`` deliveries in flight
+        (``courier.send_loop``, made at the first call), and return at once.
+
+        Raises:
+            ValueError: the URL is ``https://`` (``starts`` is False).
+        """
+        if not self.starts:
+            raise ValueError("deliveries over https:// are made by threads: call the send")
+        from courier.send_loop import SendLoop  # it imports this module
+
+        with self._loop_made:
+            if self._loop is None:
+                self._loop = SendLoop(self.sends[0], len(self.sends))
+            loop = self._loop
+        loop.start(delivery)
 
     @property
     def last_cause(self) -> Cause | None:
@@ -260,7 +321,12 @@ class HttpSends:
             self._free.put(send)
 
     def close(self) -> None:
-        """Close every kept connection."""
+        """Close every kept connection, and stop the event loop if it was made
+        (``SendLoop.close``: deliveries not begun are never begun)."""
+        with self._loop_made:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
         for send in self.sends:
             send.close()
 
@@ -279,6 +345,28 @@ def _readable(sock: socket.socket) -> bool:
     except (OSError, ValueError):
         return True
     return bool(ready)
+
+
+def answered(status: int, body: bytes) -> tuple[bool | BaseException, Cause]:
+    """What a send makes of an answer (rule 1): ``True``, or the exception it raises
+    (with its cause attached), and the answer's cause."""
+    cause = Cause("answer", _excerpt(body), status)
+    try:
+        return classify_status(status), cause
+    except (worker.Retryable, worker.Permanent) as refusal:
+        return with_cause(refusal, cause), cause
+
+
+def failed(url: str, error: BaseException) -> tuple[BaseException, Cause]:
+    """What a send makes of a request that got no answer (``error``, a timeout or a
+    connection error): the ``worker.Retryable`` it raises, and its cause."""
+    cause = _failure_cause(error)
+    return with_cause(worker.Retryable(f"no answer from {url}: {cause.detail}"), cause), cause
+
+
+def can_start(send: Any) -> bool:
+    """True if ``send`` takes deliveries with ``start`` too (rule 5)."""
+    return bool(getattr(send, "starts", False))
 
 
 def _failure_cause(error: BaseException) -> Cause:

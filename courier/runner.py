@@ -50,7 +50,15 @@ import worker
 from courier import backend
 from courier.attempts import Attempt, AttemptSink
 from courier.backend import Target
-from courier.delivery import Cause, Send, cause_of, describe_cause, outcome_of
+from courier.delivery import (
+    Cause,
+    Delivery,
+    Send,
+    can_start,
+    cause_of,
+    describe_cause,
+    outcome_of,
+)
 from courier.file_rounds import FileRounds
 from courier.pg_rounds import PgRounds
 from courier.queueview import leased_ticket
@@ -184,11 +192,15 @@ class _Watched:
             for call in self._calls:
                 self._by_id.setdefault(call.event.get("id"), []).append(call)
 
-    def __call__(self, event: dict[str, Any]) -> bool:
+    def _made(self, event: dict[str, Any]) -> _Call:
         call = _Call(dict(event), self.round)
         with self._lock:
             self._calls.append(call)
             self._by_id.setdefault(call.event.get("id"), []).append(call)
+        return call
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        call = self._made(event)
         try:
             acked = self.send(event)
         except BaseException as error:
@@ -196,6 +208,15 @@ class _Watched:
             raise
         call.cause = _last_cause(self.send)
         return acked
+
+    @property
+    def starts(self) -> bool:
+        """``send``'s: deliveries may be handed over (``courier.delivery``, rule 5)."""
+        return can_start(self.send)
+
+    def start(self, delivery: Delivery) -> None:
+        """Hand ``delivery`` to ``send``, each call kept as ``__call__`` keeps it."""
+        self.send.start(_WatchedDelivery(self, delivery))  # type: ignore[attr-defined]
 
     def call_of(self, job_id: str) -> _Call | None:
         """The last call not kept yet that delivered ``job_id``, if any."""
@@ -206,6 +227,26 @@ class _Watched:
         """The calls that ended and whose result was not kept."""
         with self._lock:
             return [c for c in self._calls if c.cause is not None and not c.kept]
+
+
+@dataclass
+class _WatchedDelivery:
+    """A delivery handed to ``_Watched.start``: its call is kept once it begins."""
+
+    watched: _Watched
+    delivery: Delivery
+    call: _Call | None = None
+
+    def begin(self) -> dict[str, Any] | None:
+        event = self.delivery.begin()
+        if event is not None:
+            self.call = self.watched._made(event)
+        return event
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        if self.call is not None:
+            self.call.cause = cause
+        self.delivery.end(outcome, cause)
 
 
 def _last_cause(send: Any) -> Cause | None:

@@ -31,14 +31,41 @@ import http.client
 import socket
 import ssl
 import time
+from collections.abc import Callable
 
-__all__ = ["MAX_BODY_BYTES", "MAX_HEAD_BYTES", "Connection"]
+__all__ = ["MAX_BODY_BYTES", "MAX_HEAD_BYTES", "READ_BYTES", "Connection", "read_answer"]
 
 MAX_HEAD_BYTES = 65536
 MAX_BODY_BYTES = 65536
-_READ_BYTES = 65536
+READ_BYTES = 65536
 _INTERIM = frozenset({100, 102, 103})
 _NO_BODY = frozenset({204, 304})
+
+
+class _Short(Exception):
+    """The bytes given to ``read_answer`` end before the answer does."""
+
+
+def read_answer(data: bytes, closed: bool) -> tuple[int, bytes, bool] | None:
+    """The answer held in ``data``, all the bytes a connection has read since its
+    request (``closed``: and then it ended), as ``Connection.exchange`` reads it:
+    its status, its body and whether the connection may carry another request;
+    ``None`` while more bytes are needed. For a reader that does not wait (the
+    courier's event loop, ``courier.send_loop``); it raises what ``exchange`` raises
+    for an answer that cannot be read (rule 5)."""
+    given = [data] if data else []
+
+    def read() -> bytes:
+        if given:
+            return given.pop()
+        if closed:
+            return b""
+        raise _Short
+
+    try:
+        return _Answer(read).whole()
+    except _Short:
+        return None
 
 
 def _left(deadline: float) -> float:
@@ -52,39 +79,47 @@ def _left(deadline: float) -> float:
 class _Answer:
     """The bytes of one answer as they come in, and the parts read from them."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self.sock = sock
-        self.deadline = deadline
+    def __init__(self, read: Callable[[], bytes]) -> None:
+        self.read = read  # the next bytes; b"" once the connection ended
         self.buffer = bytearray()
         self.closed = False  # the peer ended the connection
 
     def _more(self) -> bool:
-        """Read what has come (waiting until the deadline); False at the end."""
+        """Read what has come; False at the end."""
         if self.closed:
             return False
-        # Past the deadline, a read that would wait is a timeout (a 0 s timeout
-        # makes the socket non-blocking: BlockingIOError).
-        self.sock.settimeout(max(0.0, self.deadline - time.monotonic()))
-        try:
-            chunk = self.sock.recv(_READ_BYTES)
-        except BlockingIOError:
-            raise TimeoutError("timed out") from None
+        chunk = self.read()
         self.buffer += chunk
         self.closed = not chunk
         return bool(chunk)
 
+    def whole(self) -> tuple[int, bytes, bool]:
+        """The status and body (at most ``MAX_BODY_BYTES``) of the next answer that is
+        not an interim one, and whether the connection may carry another request
+        (rule 4)."""
+        for _ in range(len(_INTERIM) + 8):  # a few interim answers at most
+            version, status, headers = self.head()
+            if status not in _INTERIM:
+                break
+        else:
+            raise http.client.HTTPException("interim answers without end")
+        body, whole = self.body(status, headers)
+        tokens = {t.strip().lower() for v in headers.get(b"connection", []) for t in v.split(b",")}
+        reusable = whole and version == b"HTTP/1.1" and b"close" not in tokens and not self.buffer
+        return status, body, reusable
+
     def head(self) -> tuple[bytes, int, dict[bytes, list[bytes]]]:
         """The version, status and headers (names in lower case) of the next answer."""
-        while len(self.buffer) <= MAX_HEAD_BYTES:  # each pass reads at least a byte
-            end = self.buffer.find(b"\r\n\r\n")
+        while True:  # each pass reads at least a byte, or ends
+            end = self.buffer.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
             if end >= 0:
                 break
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("the answer's head")
             if not self._more():
                 if not self.buffer:
                     raise http.client.RemoteDisconnected("closed without an answer")
                 raise http.client.IncompleteRead(bytes(self.buffer))
-        else:
-            raise http.client.LineTooLong("the answer's head")
         lines = bytes(self.buffer[:end]).split(b"\r\n")
         del self.buffer[: end + 4]
         version, _, rest = lines[0].partition(b" ")
@@ -110,15 +145,16 @@ class _Answer:
 
     def _line(self) -> bytes:
         """The next line, without its CRLF (at most ``MAX_HEAD_BYTES``)."""
-        while len(self.buffer) <= MAX_HEAD_BYTES:
-            end = self.buffer.find(b"\r\n")
+        while True:  # each pass reads at least a byte, or ends
+            end = self.buffer.find(b"\r\n", 0, MAX_HEAD_BYTES + 2)
             if end >= 0:
                 line = bytes(self.buffer[:end])
                 del self.buffer[: end + 2]
                 return line
+            if len(self.buffer) > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("a chunk's size line")
             if not self._more():
                 raise http.client.IncompleteRead(bytes(self.buffer))
-        raise http.client.LineTooLong("a chunk's size line")
 
     def body(self, status: int, headers: dict[bytes, list[bytes]]) -> tuple[bytes, bool]:
         """The body (at most ``MAX_BODY_BYTES``) and whether it was read whole."""
@@ -194,18 +230,18 @@ class Connection:
         self.reusable = False
         self.sock.settimeout(_left(deadline))
         self.sock.sendall(request)
-        answer = _Answer(self.sock, deadline)
-        for _ in range(len(_INTERIM) + 8):  # a few interim answers at most
-            version, status, headers = answer.head()
-            if status not in _INTERIM:
-                break
-        else:
-            raise http.client.HTTPException("interim answers without end")
-        body, whole = answer.body(status, headers)
-        tokens = {t.strip().lower() for v in headers.get(b"connection", []) for t in v.split(b",")}
-        self.reusable = (
-            whole and version == b"HTTP/1.1" and b"close" not in tokens and not answer.buffer
-        )
+        sock = self.sock
+
+        def read() -> bytes:
+            # Past the deadline, a read that would wait is a timeout (a 0 s timeout
+            # makes the socket non-blocking: BlockingIOError).
+            sock.settimeout(max(0.0, deadline - time.monotonic()))
+            try:
+                return sock.recv(READ_BYTES)
+            except BlockingIOError:
+                raise TimeoutError("timed out") from None
+
+        status, body, self.reusable = _Answer(read).whole()
         return status, body
 
     def close(self) -> None:

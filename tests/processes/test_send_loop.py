@@ -1,0 +1,257 @@
+"""``courier.send_loop``: deliveries in flight on one thread, against the real receiver
+and small servers on 127.0.0.1, each delivery ending as ``HttpSend`` would have."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import worker
+from courier.delivery import Cause, HttpSend, HttpSends, can_start
+from courier.inbox import Verdict
+from courier.interference import ReplyDelay
+from courier.receiver import Receiver
+from courier.send_loop import SendLoop
+
+WAIT_S = 20.0
+
+
+class _Recorded:
+    """A delivery that keeps when it began and how it ended; ``ended`` is set then.
+
+    ``declined`` makes ``begin`` give ``None`` (nothing is to be sent)."""
+
+    def __init__(self, order: list[str], job: str, declined: bool = False) -> None:
+        self.order = order
+        self.job = job
+        self.declined = declined
+        self.outcome: bool | BaseException | None = None
+        self.cause: Cause | None = None
+        self.thread: str | None = None
+        self.ended = threading.Event()
+
+    def begin(self) -> dict[str, Any] | None:
+        self.order.append(self.job)
+        return None if self.declined else {"id": self.job, "qty": 1}
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        self.outcome, self.cause = outcome, cause
+        self.thread = threading.current_thread().name
+        self.ended.set()
+
+
+def _deliver(loop: SendLoop, *jobs: str) -> list[_Recorded]:
+    """Hand a delivery of each job to ``loop`` and wait until each has ended."""
+    order: list[str] = []
+    deliveries = [_Recorded(order, job) for job in jobs]
+    for delivery in deliveries:
+        loop.start(delivery)
+    for delivery in deliveries:
+        assert delivery.ended.wait(WAIT_S), f"{delivery.job} never ended"
+    assert order == list(jobs)  # begun in the order handed over (rule 2)
+    return deliveries
+
+
+@contextmanager
+def _loop(url: str, count: int, timeout_ms: int = 5000) -> Iterator[SendLoop]:
+    loop = SendLoop(HttpSend(url, "c1", timeout_ms), count)
+    try:
+        yield loop
+    finally:
+        loop.close()
+
+
+def test_deliveries_end_as_the_receiver_answered_them_each_applied_once(tmp_path: Path) -> None:
+    with Receiver(tmp_path / "inbox.sqlite") as receiver, _loop(receiver.url, 4) as loop:
+        jobs = [f"j{n}" for n in range(40)]
+        ended = _deliver(loop, *jobs)
+        summary = receiver.inbox.summary()
+    assert [d.outcome for d in ended] == [True] * 40
+    assert {d.cause.kind for d in ended if d.cause} == {"answer"}
+    assert {d.thread for d in ended} == {"send-loop"}
+    assert (summary["requests"], summary["effects"]) == (40, 40)
+
+
+class _AllAtOnce:
+    """An interference that answers no delivery until ``count`` have committed: only
+    ``count`` deliveries in flight at once get their answers."""
+
+    def __init__(self, count: int) -> None:
+        self.barrier = threading.Barrier(count)
+
+    def before_apply(self, delivery_id: str, sender: str | None) -> _AllAtOnce:
+        return self
+
+    def refusal(self) -> None:
+        return None
+
+    def after_commit(self, verdict: Verdict) -> bool:
+        try:
+            self.barrier.wait(WAIT_S)
+        except threading.BrokenBarrierError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_count_deliveries_are_in_flight_at_once(tmp_path: Path, count: int) -> None:
+    interference = _AllAtOnce(count)
+    with (
+        Receiver(tmp_path / "inbox.sqlite", interference=interference) as receiver,
+        _loop(receiver.url, count) as loop,
+    ):
+        ended = _deliver(loop, *(f"j{n}" for n in range(2 * count)))
+    assert [d.outcome for d in ended] == [True] * (2 * count)
+    assert not interference.barrier.broken
+
+
+def test_a_delivery_that_declines_is_not_sent_and_does_not_end(tmp_path: Path) -> None:
+    with Receiver(tmp_path / "inbox.sqlite") as receiver, _loop(receiver.url, 1) as loop:
+        order: list[str] = []
+        declined, sent = _Recorded(order, "no", declined=True), _Recorded(order, "yes")
+        loop.start(declined)
+        loop.start(sent)
+        assert sent.ended.wait(WAIT_S)
+        summary = receiver.inbox.summary()
+    assert order == ["no", "yes"]
+    assert not declined.ended.is_set() and sent.outcome is True
+    assert (summary["requests"], summary["effects"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("first", "expected"), [(7, worker.Permanent), (1, True)], ids=["conflict", "duplicate"]
+)
+def test_a_refusal_ends_as_the_call_would_have_raised(
+    tmp_path: Path, first: int, expected: type[BaseException] | bool
+) -> None:
+    with Receiver(tmp_path / "inbox.sqlite") as receiver:
+        HttpSend(receiver.url, "seed")({"id": "a", "qty": first})
+        with _loop(receiver.url, 2) as loop:
+            [ended] = _deliver(loop, "a")  # qty 1: a conflict with 7, a duplicate of 1
+    assert ended.cause is not None and ended.cause.kind == "answer"
+    if expected is True:
+        assert ended.outcome is True and ended.cause.http_status == 200
+    else:
+        assert isinstance(ended.outcome, worker.Permanent)
+        assert ended.cause.http_status == 409
+
+
+def test_a_late_answer_is_a_retryable_timeout_and_a_refused_connection_is_told_apart(
+    tmp_path: Path,
+) -> None:
+    with Receiver(tmp_path / "slow.sqlite", interference=ReplyDelay(1000)) as slow:
+        with _loop(slow.url, 2, timeout_ms=200) as loop:
+            late = _deliver(loop, "a", "b")
+        assert slow.inbox.summary()["effects"] == 2  # done all the same
+    with Receiver(tmp_path / "gone.sqlite") as gone:
+        url = gone.url
+    with _loop(url, 2, timeout_ms=2000) as loop:
+        [refused] = _deliver(loop, "a")
+    for ended in late:
+        assert isinstance(ended.outcome, worker.Retryable)
+        assert ended.cause is not None and ended.cause.kind == "timeout"
+    assert isinstance(refused.outcome, worker.Retryable)
+    assert refused.cause is not None and refused.cause.kind == "connection"
+
+
+class _Counting(BaseHTTPRequestHandler):
+    """Answers 200 to every POST on HTTP/1.1 (``Connection: close`` if the server is
+    ``closing``); the server counts its connections."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1  # type: ignore[attr-defined]
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        if self.server.closing:  # type: ignore[attr-defined]
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_connection_is_kept_while_the_server_keeps_it(closing: bool) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    server.connections, server.closing = 0, closing  # type: ignore[attr-defined]
+    server.daemon_threads = True
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    serving.start()
+    try:
+        with _loop(f"http://127.0.0.1:{server.server_address[1]}/d", 1) as loop:
+            for n in range(3):  # one after another: each may reuse the last one's connection
+                [ended] = _deliver(loop, f"j{n}")
+                assert ended.outcome is True
+    finally:
+        server.shutdown()
+        serving.join(timeout=10)
+        server.server_close()
+    assert server.connections == (3 if closing else 1)  # type: ignore[attr-defined]
+
+
+def test_a_new_connection_is_opened_once_the_receiver_closed_the_idle_one(
+    tmp_path: Path,
+) -> None:
+    with (
+        Receiver(tmp_path / "inbox.sqlite", read_timeout_s=0.1) as receiver,
+        _loop(receiver.url, 1) as loop,
+    ):
+        [first] = _deliver(loop, "a")
+        time.sleep(0.4)  # the receiver closes the connection after 0.1 s idle
+        [second] = _deliver(loop, "b")
+        summary = receiver.inbox.summary()
+    assert (first.outcome, second.outcome) == (True, True)
+    assert (summary["requests"], summary["effects"]) == (2, 2)
+
+
+def test_close_never_begins_what_waits_and_ends_its_thread(tmp_path: Path) -> None:
+    with Receiver(tmp_path / "slow.sqlite", interference=ReplyDelay(500)) as slow:
+        loop = SendLoop(HttpSend(slow.url, "c1", 5000), 1)
+        order: list[str] = []
+        deliveries = [_Recorded(order, f"j{n}") for n in range(3)]
+        for delivery in deliveries:
+            loop.start(delivery)
+        deadline = time.monotonic() + WAIT_S
+        while not order and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.close()
+        loop.start(_Recorded(order, "after"))  # handed over once closed: dropped
+        time.sleep(0.6)  # past the answer the first delivery would have had
+    assert order == ["j0"]
+    assert not any(d.ended.is_set() for d in deliveries)
+    assert not loop.running
+
+
+def test_sends_start_only_over_plain_http(tmp_path: Path) -> None:
+    with HttpSends("https://127.0.0.1:9/d", "c1", count=2) as secure:
+        assert not can_start(secure)
+        with pytest.raises(ValueError, match="threads"):
+            secure.start(_Recorded([], "a"))
+    with Receiver(tmp_path / "inbox.sqlite") as receiver:
+        sends = HttpSends(receiver.url, "c1", count=2)
+        try:
+            assert can_start(sends)
+            order: list[str] = []
+            delivery = _Recorded(order, "a")
+            sends.start(delivery)
+            assert delivery.ended.wait(WAIT_S) and delivery.outcome is True
+        finally:
+            sends.close()
+    with pytest.raises(ValueError, match="http://"):
+        SendLoop(HttpSend("https://127.0.0.1:9/d", "c1"), 1)
+    with pytest.raises(ValueError, match="count"):
+        SendLoop(HttpSend("http://127.0.0.1:9/d", "c1"), 0)
