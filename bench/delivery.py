@@ -3,13 +3,13 @@ the batched courier beside today's. See docs/benchmarks.md, ``bench.delivery``."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from bench.rows import fill
 from courier.attempts import AttemptLog, sidecar_path
 from courier.batch_rounds import BatchRounds, waits
 from courier.clock import clock_ms
-from courier.delivery import HttpSend, HttpSends
+from courier.delivery import Cause, HttpSend, HttpSends
 from courier.inbox import Inbox
 from courier.receiver import Receiver
 from courier.runner import rounds_for, run_courier
@@ -52,7 +52,7 @@ SIDES = {
     "no_commit": (BATCH, IN_FLIGHT, "HTTP"),
 }
 # Beside them, with no queue at all: the courier's delivery path alone (``HttpSends`` of
-# IN_FLIGHT kept-alive connections, IN_FLIGHT threads sending without a pause) to a server
+# IN_FLIGHT kept-alive connections, its event loop kept full without a pause) to a server
 # that answers 200 at once (``http``), and to the real receiver (``inbox``): the ceiling of
 # HTTP on this machine, and of the receiver's group commit, that no courier can pass.
 ALONE = {"http": "HTTP", "inbox": "receiver"}
@@ -85,42 +85,65 @@ def _quiet(_: str) -> None:
     """The runner's log, discarded: printing each delivery is not what is measured."""
 
 
-class _Answer200(BaseHTTPRequestHandler):
-    """Reads the body and answers 200 with a small JSON body, keeping the connection
-    as the receiver does; no inbox, no commit."""
+_ANSWER = (
+    b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"ok": true}'
+)
 
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _AnswerAtOnce(asyncio.Protocol):
+    """One connection: each request read whole (its head, then ``Content-Length``
+    bytes of body) is answered 200 with a small JSON body at once, and the
+    connection kept, as the receiver keeps it; no inbox, no commit. Small on
+    purpose: a server that costs a delivery little CPU, so that the courier's own
+    cost shows."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.buffer += data
+        answers = 0
+        while True:  # each pass takes one whole request off the buffer, or stops
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                break
+            head = bytes(self.buffer[:end]).lower()
+            at = head.find(b"\r\ncontent-length:")
+            length = 0
+            if at >= 0:
+                value = head[at + 17 :].split(b"\r\n", 1)[0].strip()
+                length = int(value) if value.isdigit() else 0
+            whole = end + 4 + length
+            if len(self.buffer) < whole:
+                break
+            del self.buffer[:whole]
+            answers += 1
+        if answers:
+            self.transport.write(_ANSWER * answers)
 
 
 @contextlib.contextmanager
 def _answer_200() -> Iterator[str]:
-    """A server on 127.0.0.1 (an OS-assigned port) answering 200 at once; its URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answer200, bind_and_activate=False)
-    server.daemon_threads = True
-    server.request_queue_size = 128  # as the receiver's: IN_FLIGHT connections come at once
-    server.server_bind()
-    server.server_activate()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    """A server on 127.0.0.1 (an OS-assigned port) answering 200 at once
+    (``_AnswerAtOnce``, on an asyncio loop of its own thread); its URL."""
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(loop.create_server(_AnswerAtOnce, "127.0.0.1", 0, backlog=128))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/deliveries"
+        yield f"http://127.0.0.1:{port}/deliveries"
     finally:
-        server.shutdown()
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
         thread.join()
-        server.server_close()
+        loop.close()
 
 
 def serve(kind: str, inbox: str, ready: Any, stop: Any) -> None:
@@ -321,39 +344,66 @@ def courier_run(
     }
 
 
+class _Again:
+    """One of the ``in_flight`` deliveries of ``http_alone``: each that ends counts its
+    outcome and hands over the next one, a fresh id, until ``until`` has passed."""
+
+    def __init__(self, alone: _Alone) -> None:
+        self.alone = alone
+
+    def begin(self) -> dict[str, Any] | None:
+        alone = self.alone
+        with alone.lock:
+            alone.made += 1
+            return {"id": f"h{alone.made}", "qty": 1}
+
+    def end(self, outcome: bool | BaseException, cause: Cause) -> None:
+        alone = self.alone
+        with alone.lock:
+            alone.counts[outcome is not True] += 1
+        if time.perf_counter() < alone.until:
+            alone.send.start(_Again(alone))
+            return
+        with alone.lock:
+            alone.running -= 1
+            if not alone.running:
+                alone.ended.set()
+
+
+@dataclass
+class _Alone:
+    """What ``http_alone``'s deliveries share."""
+
+    send: HttpSends
+    until: float
+    running: int
+    made: int = 0
+    counts: list[int] = field(default_factory=lambda: [0, 0])  # answered 2xx, not
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
 def http_alone(url: str, seconds: float, in_flight: int = IN_FLIGHT) -> dict[str, Any]:
-    """The courier's delivery path with no queue: ``in_flight`` threads, each sending one
-    delivery after another for ``seconds`` through one ``HttpSends`` of ``in_flight``
-    kept-alive connections (``courier run``'s), each delivery a fresh id: how many
+    """The courier's delivery path with no queue: one ``HttpSends`` of ``in_flight``
+    kept-alive connections (``courier run``'s), each delivery handed to its event loop
+    (``start``) and a fresh one handed over as each ends, for ``seconds``: how many
     were answered 2xx a second, and how many were not."""
     send = HttpSends(url, "bench", BATCH_TIMEOUT_MS, in_flight)
-    counts = [[0, 0] for _ in range(in_flight)]
-    go = threading.Event()
-    until = [0.0]
-
-    def sender(number: int) -> None:
-        go.wait()
-        count = counts[number]
-        while time.perf_counter() < until[0]:
-            try:
-                count[0] += send({"id": f"h{number}-{count[0] + count[1]}", "qty": 1}) is True
-            except (worker.Retryable, worker.Permanent):
-                count[1] += 1
-
-    threads = [threading.Thread(target=sender, args=(n,)) for n in range(in_flight)]
-    for thread in threads:
-        thread.start()
     start = time.perf_counter()
-    until[0] = start + seconds
-    go.set()
-    for thread in threads:
-        thread.join()
-    spent = time.perf_counter() - start
-    send.close()
-    done = sum(count[0] for count in counts)
+    alone = _Alone(send, start + seconds, in_flight)
+    try:
+        for _ in range(in_flight):
+            send.start(_Again(alone))
+        ended = alone.ended.wait(seconds + RESULT_GRACE_S)
+        spent = time.perf_counter() - start
+    finally:
+        send.close()
+    if not ended:
+        raise RuntimeError(f"deliveries to {url} still in flight {RESULT_GRACE_S} s after the end")
+    done, not_done = alone.counts
     return {
         "deliveries": done,
-        "not_done": sum(count[1] for count in counts),
+        "not_done": not_done,
         "seconds": round(spent, 3),
         "count": done,
         "per_s": round(done / spent, 1),
