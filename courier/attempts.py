@@ -36,6 +36,7 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -96,6 +97,18 @@ _PG_BEST_EFFORT = "SET synchronous_commit = off"
 _INSERT = f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+# A round's rows on PostgreSQL: one statement of a constant text (one round trip, no
+# transaction of its own to begin and commit), its rows in the order given, passed as
+# one JSON array of rows (measured for 64 rows: 1.1 ms, where a pipeline of 64 INSERTs
+# in a transaction took 1.4 ms, one INSERT of 64 VALUES rows 2.5 ms, and a column an
+# array 1.5 ms, much of it psycopg's dumping of the arrays in Python).
+_INSERT_MANY_PG = f"""INSERT INTO {TABLE}
+  (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
+  SELECT given.row ->> 0, CAST(given.row ->> 1 AS bigint), given.row ->> 2,
+         CAST(given.row ->> 3 AS bigint), given.row ->> 4, given.row ->> 5, given.row ->> 6,
+         CAST(given.row ->> 7 AS integer), given.row ->> 8
+  FROM json_array_elements(CAST(? AS json)) WITH ORDINALITY AS given (row, n)
+  ORDER BY given.n"""
 CLAIMED = "claimed"  # the outcome of a row written as a delivery starts
 # The claimed row: the token is the one of the lease the courier holds on the job (the
 # courier's claim committed just before), the time the queue's time base.
@@ -109,6 +122,15 @@ _INSERT_CLAIMED = {
           :owner, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT),
           '{CLAIMED}', 'leased')""",
 }
+# A batch's claimed rows on PostgreSQL: one statement, as _INSERT_MANY_PG (64 rows in
+# 0.6 ms where a pipeline of 64 INSERTs in a transaction took 1.6 ms).
+_INSERT_CLAIMED_MANY = f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
+  SELECT given.id,
+         (SELECT token FROM jobs WHERE id = given.id AND owner = :owner AND status = 'leased'),
+         :owner, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT),
+         '{CLAIMED}', 'leased'
+  FROM json_array_elements_text(CAST(:ids AS json)) WITH ORDINALITY AS given (id, n)
+  ORDER BY given.n"""
 _ATTACH_QUEUE = "ATTACH DATABASE ? AS queue"
 _SELECT_OF = f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {TABLE} WHERE id = ? ORDER BY seq"
 _SELECT_LAST = f"""SELECT {", ".join(ATTEMPT_COLUMNS)} FROM {TABLE}
@@ -262,8 +284,8 @@ class AttemptLog:
         con = self._connection()
         try:
             if kind == "postgres":
-                with con.transaction():
-                    backend.qmark(con).executemany(_INSERT_CLAIMED[kind], params)
+                ids = json.dumps(job_ids)
+                backend.qmark(con).execute(_INSERT_CLAIMED_MANY, {"ids": ids, "owner": owner})
             else:
                 con.execute("BEGIN")
                 try:
@@ -320,8 +342,7 @@ class AttemptLog:
             if len(rows) == 1:
                 backend.qmark(con).execute(_INSERT, rows[0])
             elif backend.is_conninfo(self.queue):
-                with con.transaction():
-                    backend.qmark(con).executemany(_INSERT, rows)
+                backend.qmark(con).execute(_INSERT_MANY_PG, (json.dumps(rows),))
             else:
                 con.execute("BEGIN")
                 try:

@@ -151,8 +151,15 @@ def test_the_courier_judges_leases_on_the_servers_clock(
     assert before <= available_at <= server_now(pg_conninfo)  # finish's time: the server's
 
 
+@pytest.mark.parametrize(
+    "batches", [(), ("--batch", "4", "--in-flight", "2")], ids=["one-job", "batched"]
+)
 def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
-    tmp_path: Path, pg_conninfo: str, children: Children, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    pg_conninfo: str,
+    children: Children,
+    capsys: pytest.CaptureFixture[str],
+    batches: tuple[str, ...],
 ) -> None:
     con = pgworker.open_queue(pg_conninfo)
     try:
@@ -165,6 +172,7 @@ def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
         assert HttpSend(receiver.url, "seed")({"id": "refused", "qty": 9}) is True  # qty 2: 409
         log = tmp_path / "c1.log"
         argv = ["run", pg_conninfo, "--url", receiver.url, "--owner", "c1", "--until-drained"]
+        argv += batches
         proc = children.start(courier_command(*argv, "--max-seconds", str(WAIT_S)), log)
         assert proc.wait(timeout=WAIT_S + 10) == 0, log.read_text()
     text = log.read_text()
@@ -182,6 +190,11 @@ def test_a_courier_process_on_postgres_records_why_each_attempt_failed(
     )
     assert (attempt["kind"], attempt["http_status"]) == ("answer", 409)
     assert "conflict" in attempt["detail"]
+    claimed, attempt = attempts_of(pg_conninfo, "fine")
+    assert (claimed["token"], claimed["outcome"], claimed["status"]) == (1, "claimed", "leased")
+    assert (attempt["token"], attempt["outcome"], attempt["status"]) == (1, "ok", "done")
+    assert (attempt["kind"], attempt["http_status"]) == ("answer", 200)
+    assert claimed["seq"] < attempt["seq"] and claimed["at_ms"] <= attempt["at_ms"]
     code, out, _ = run_cli(capsys, "dead", pg_conninfo)
     assert code == EXIT_OK
     assert "HTTP 409" in out and "by c1, token 1" in out
