@@ -15,11 +15,11 @@ connection, turns and time base it uses through their ``call``. The rules it kee
    ``run_once`` does it (``worker.classify_send``), outside any transaction.
 2. **Two batches in a pipeline** (``batch`` > 1). A round takes the batch claimed
    ahead by the round before (or claims one), claims the next batch as soon as
-   this one's deliveries are handed out, and hands the next one's deliveries to the
-   threads too, behind this one's; then it finishes this one. So the next claim
+   this one's deliveries are handed out, and hands the next one's deliveries
+   over too, behind this one's; then it finishes this one. So the next claim
    runs while this batch is delivered, and this batch's ``finish_many`` while the
    next one is: a round costs the larger of the calls and the deliveries, not
-   their sum, and the delivery threads never wait for the queue while a batch is
+   their sum, and the deliveries never wait for the queue while a batch is
    ahead. All the queue's calls stay on the round's thread, one at a time (the
    queue's connection is one). A round told it is the ``last`` (the courier's
    stop rules, ``courier.runner``) claims nothing ahead; a batch held ahead when
@@ -98,11 +98,12 @@ class QueueCalls(Protocol):
 
 
 def waits(batch: int, in_flight: int) -> int:
-    """How many deliveries, one after another on one delivery thread, may run between a
-    job's claim and the end of its own delivery: one without batches (``batch`` 1); in
-    the pipeline (rule 2), the deliveries of a batch claimed ahead start only behind
-    those of the batch before it, so the two batches' ``2 * batch`` deliveries share the
-    ``in_flight`` threads: ``ceil(2 * batch / in_flight)``."""
+    """How many deliveries, one after another in one of the ``in_flight`` places (a
+    connection of the event loop, or a delivery thread), may run between a job's claim
+    and the end of its own delivery: one without batches (``batch`` 1); in the
+    pipeline (rule 2), the deliveries of a batch claimed ahead start only behind those
+    of the batch before it, so the two batches' ``2 * batch`` deliveries share the
+    ``in_flight`` places: ``ceil(2 * batch / in_flight)``."""
     return 1 if batch == 1 else math.ceil(2 * batch / in_flight)
 
 
@@ -305,8 +306,9 @@ class BatchRounds:
     def _claim(
         self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
     ) -> _Batch | None:
-        """Claim a batch and hand its deliveries to the delivery threads (behind any
-        already handed out); ``None`` if nothing was claimable."""
+        """Claim a batch and hand its deliveries over (to the send's ``start``, or to the
+        delivery threads), behind any already handed out; ``None`` if nothing was
+        claimable."""
 
         def claim(module: Any, con: Any, now_ms: int) -> tuple[int, list[dict[str, Any]]]:
             return now_ms, module.claim_many(con, owner, now_ms, self.batch, lease_ms)

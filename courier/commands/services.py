@@ -4,7 +4,7 @@
 Each runs until its limit, Ctrl-C or SIGTERM and logs one flushed line per event,
 timestamped, an unchanged failure folded into a count (``courier.log_lines``).
 ``run`` refuses a send timeout that could outlast the lease, counting the
-deliveries that may run one after another on a delivery thread between a job's claim
+deliveries that may run one after another on one connection between a job's claim
 and the end of its own delivery, a batch claimed ahead's wait included
 (``send_timeout_ms``), and waits for a busy or unreachable queue at its start as it
 does later.
@@ -79,7 +79,7 @@ def run_options(run: argparse.ArgumentParser) -> None:
     option(run, "--lease-ms", "MS", integer, lease, 1000)
     timeout = (
         "HTTP timeout, below the lease (default: 3/4 of the lease, shared by the deliveries "
-        "of two batches in a row on one delivery thread, with --batch)"
+        "of two batches in a row on one connection, with --batch)"
     )
     option(run, "--timeout-ms", "MS", integer, timeout)
     batch = f"jobs a round claims at once with claim_many, 1..{MAX_BATCH} (default %(default)s)"
@@ -158,7 +158,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def default_timeout_ms(lease_ms: int, in_a_row: int = 1) -> int:
     """An HTTP timeout that leaves a quarter of the lease to record the outcome, once a
-    delivery thread has made ``in_a_row`` deliveries one after another
+    connection has carried ``in_a_row`` deliveries one after another
     (``courier.batch_rounds.waits``)."""
     return max(1, lease_ms * 3 // (4 * in_a_row))
 
@@ -236,7 +236,7 @@ def send_timeout_ms(args: argparse.Namespace) -> int:
         raise ValueError(
             f"unsafe: --batch {batch} with --in-flight {in_flight} claims the next batch while "
             "one is delivered, and the next one's deliveries wait behind this one's: up to "
-            f"{rows} deliveries in a row on a delivery thread after a claim, {rows} x "
+            f"{rows} deliveries in a row on one connection after a claim, {rows} x "
             f"--timeout-ms {timeout_ms} = {rows * timeout_ms} ms, which is not below --lease-ms "
             f"{lease_ms}. A batch's last deliveries could outlast their leases: another courier "
             "would claim those jobs and send them again while this one still waits, and their "
