@@ -3,6 +3,7 @@ and small servers on 127.0.0.1, each delivery ending as ``HttpSend`` would have.
 
 from __future__ import annotations
 
+import socketserver
 import threading
 import time
 from collections.abc import Iterator
@@ -201,6 +202,41 @@ def test_a_connection_is_kept_while_the_server_keeps_it(closing: bool) -> None:
         serving.join(timeout=10)
         server.server_close()
     assert server.connections == (3 if closing else 1)  # type: ignore[attr-defined]
+
+
+class _OneAnswerEach(socketserver.BaseRequestHandler):
+    """Reads one request, answers it in HTTP/1.0 (a connection not to be used again),
+    then keeps the connection open without reading, until the server's ``done``."""
+
+    def handle(self) -> None:
+        self.server.connections += 1  # type: ignore[attr-defined]
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        self.request.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        self.server.done.wait(WAIT_S)  # type: ignore[attr-defined]
+
+
+def test_a_connection_the_answer_did_not_keep_is_never_used_again() -> None:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _OneAnswerEach)
+    server.daemon_threads = True
+    server.connections, server.done = 0, threading.Event()  # type: ignore[attr-defined]
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/d"
+        with _loop(url, 1, timeout_ms=2000) as loop:
+            ended = [_deliver(loop, f"j{n}")[0] for n in range(2)]  # one after the other
+    finally:
+        server.done.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        serving.join(timeout=10)
+        server.server_close()
+    assert [d.outcome for d in ended] == [True, True]  # not a timeout on the open one
+    assert server.connections == 2  # type: ignore[attr-defined]
 
 
 def test_a_new_connection_is_opened_once_the_receiver_closed_the_idle_one(
