@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from courier.procs import Children, courier_command, project_root
 from courier.receiver import Receiver
 from courier.runner import CourierReport, run_courier
 from courier.stop_rules import StopRules
+from tests.processes.counting_server import counting_server
 
 WAIT_S = 20.0
 
@@ -104,43 +104,11 @@ def test_send_refused_by_the_receiver_is_permanent(receiver: Receiver) -> None:
         HttpSend(receiver.base_url + "/elsewhere", "c1")({"id": "b", "qty": 1})
 
 
-class _Counting(BaseHTTPRequestHandler):
-    """Answers 200 to every POST on HTTP/1.1; the server counts the connections."""
-
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.connections += 1  # type: ignore[attr-defined]
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        if self.server.closing:  # type: ignore[attr-defined]
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-
 @pytest.mark.parametrize("closing", [False, True])
 def test_send_keeps_its_connection_while_the_server_does(closing: bool) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    server.connections, server.closing = 0, closing  # type: ignore[attr-defined]
-    server.daemon_threads = True
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    serving.start()
-    try:
-        with HttpSend(f"http://127.0.0.1:{server.server_address[1]}/d", "c1") as send:
-            assert [send({"id": f"j{n}", "qty": 1}) for n in range(3)] == [True] * 3
-    finally:
-        server.shutdown()
-        serving.join(timeout=10)
-        server.server_close()
-    assert server.connections == (3 if closing else 1)  # type: ignore[attr-defined]
+    with counting_server(closing) as server, HttpSend(server.url, "c1") as send:
+        assert [send({"id": f"j{n}", "qty": 1}) for n in range(3)] == [True] * 3
+    assert server.connections == (3 if closing else 1)
 
 
 def test_send_opens_a_new_connection_once_the_server_closed_the_idle_one(

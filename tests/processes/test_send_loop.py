@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from courier.inbox import Verdict
 from courier.interference import ReplyDelay
 from courier.receiver import Receiver
 from courier.send_loop import SendLoop
+from tests.processes.counting_server import counting_server
 
 WAIT_S = 20.0
 
@@ -162,46 +162,13 @@ def test_a_late_answer_is_a_retryable_timeout_and_a_refused_connection_is_told_a
     assert refused.cause is not None and refused.cause.kind == "connection"
 
 
-class _Counting(BaseHTTPRequestHandler):
-    """Answers 200 to every POST on HTTP/1.1 (``Connection: close`` if the server is
-    ``closing``); the server counts its connections."""
-
-    protocol_version = "HTTP/1.1"
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.connections += 1  # type: ignore[attr-defined]
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        if self.server.closing:  # type: ignore[attr-defined]
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-
 @pytest.mark.parametrize("closing", [False, True])
 def test_a_connection_is_kept_while_the_server_keeps_it(closing: bool) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
-    server.connections, server.closing = 0, closing  # type: ignore[attr-defined]
-    server.daemon_threads = True
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    serving.start()
-    try:
-        with _loop(f"http://127.0.0.1:{server.server_address[1]}/d", 1) as loop:
-            for n in range(3):  # one after another: each may reuse the last one's connection
-                [ended] = _deliver(loop, f"j{n}")
-                assert ended.outcome is True
-    finally:
-        server.shutdown()
-        serving.join(timeout=10)
-        server.server_close()
-    assert server.connections == (3 if closing else 1)  # type: ignore[attr-defined]
+    with counting_server(closing) as server, _loop(server.url, 1) as loop:
+        for n in range(3):  # one after another: each may reuse the last one's connection
+            [ended] = _deliver(loop, f"j{n}")
+            assert ended.outcome is True
+    assert server.connections == (3 if closing else 1)
 
 
 class _OneAnswerEach(socketserver.BaseRequestHandler):
