@@ -278,18 +278,17 @@ class AttemptLog:
         one transaction (a batch's claims are one commit; rule 2)."""
         if not job_ids:
             return
-        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
-        now = clock_ms()
-        params = [{"id": job_id, "owner": owner, "now": now} for job_id in job_ids]
         con = self._connection()
         try:
-            if kind == "postgres":
+            if backend.is_conninfo(self.queue):
                 ids = json.dumps(job_ids)
                 backend.qmark(con).execute(_INSERT_CLAIMED_MANY, {"ids": ids, "owner": owner})
             else:
+                now = clock_ms()
+                params = [{"id": job_id, "owner": owner, "now": now} for job_id in job_ids]
                 con.execute("BEGIN")
                 try:
-                    con.executemany(_INSERT_CLAIMED[kind], params)
+                    con.executemany(_INSERT_CLAIMED["sqlite"], params)
                     con.execute("COMMIT")
                 except BaseException:
                     con.rollback()
