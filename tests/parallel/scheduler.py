@@ -26,7 +26,9 @@ runs; no step ever waits on a timeout:
   asks the server, as PostgreSQL's isolation tester does
   (``pg_isolation_test_session_is_blocked``), and marks the branch ``WAITING``; when
   the lock is granted the statement finishes and the branch waits at a boundary of its
-  own (``resume``) for its next turn.
+  own (``resume``) for its next turn. If every branch left waits so, they wait for one
+  another: the scheduler waits for the server's deadlock detector to fail one of the
+  statements, as it would between couriers (``_await_deadlock_broken``).
 
 Kills and pauses are steps too. A fault that kills, or a send that dies, closes the
 branch's connection at that point as a SIGKILL would (the server or the file throws
@@ -58,6 +60,9 @@ DEAD = "dead"  # killed at a fault point or right after its send
 
 STEP_TIMEOUT_S = 20.0  # a step longer than this is a broken rig, not a verdict
 SETTLE_TIMEOUT_S = 10.0
+# PostgreSQL checks for a deadlock once a statement has waited deadlock_timeout (1 s by
+# default); past this, a deadlock the server does not break is a broken rig.
+DEADLOCK_TIMEOUT_S = 30.0
 POLL_S = 0.002
 
 
@@ -158,6 +163,7 @@ class Scheduler:
         self.clock = 0
         self.abandoned = False
         self.waits: list[tuple[str, int]] = []  # (lane, call) of every call that waited
+        self.deadlocks: list[tuple[str, ...]] = []  # the branches of each deadlock the server broke
         self.monitor: Any = None
 
     # --- what the branches' threads call ------------------------------------------------
@@ -265,10 +271,8 @@ class Scheduler:
         if not runnable:
             busy = [b for b in live if b.state == BUSY]
             if not busy:
-                raise ScheduleFailed(
-                    "every branch left waits for a lock in the server: "
-                    + ", ".join(f"{b.lane} at {b.at[:60]!r}" for b in live)
-                )
+                self._await_deadlock_broken(live)
+                return self._next()
             # Every branch waits for a lock another holds: a busy timeout would refuse one.
             busy[0].refuse = True
             runnable = [busy[0]]
@@ -282,6 +286,33 @@ class Scheduler:
                 f" cannot run here (runnable: {', '.join(lanes)})"
             )
         return next(b for b in runnable if b.lane == lane)
+
+    def _await_deadlock_broken(self, live: list[Branch]) -> None:
+        """Every branch left waits in the server for a lock that another of them holds: a
+        deadlock among the branches, which the server breaks as it would between couriers
+        (PostgreSQL's deadlock detector fails one of the statements once it has waited
+        ``deadlock_timeout``, and the failed transaction lets go of its locks). Wait for
+        that, then go on: the failed call is that branch's outcome, for the checker to
+        judge. The session that began to wait first is the one whose timer ends first, so
+        a replay breaks the same deadlock the same way. The cycle is kept (``deadlocks``)."""
+        waiting = [b for b in live if b.state == WAITING]
+        if len(waiting) < len(live):
+            raise ScheduleFailed(
+                "no branch can run and none waits in the server: "
+                + ", ".join(f"{b.lane} at {b.at[:60]!r}" for b in live)
+            )
+        self.deadlocks.append(tuple(f"{b.lane} {b.at}" for b in waiting))
+        deadline = time.monotonic() + DEADLOCK_TIMEOUT_S
+        with self.cond:
+            while all(b.state == WAITING for b in waiting):
+                if time.monotonic() > deadline:
+                    raise ScheduleFailed(
+                        f"every branch left waits for a lock in the server, and the server"
+                        f" did not break the deadlock within {DEADLOCK_TIMEOUT_S:g} s: "
+                        + ", ".join(f"{b.lane} {b.at[:60]!r}" for b in waiting)
+                    )
+                self.cond.wait(POLL_S * 10)
+        self._settle()
 
     def _reduced(self, live: list[Branch], runnable: list[Branch]) -> list[Branch]:
         """The choices that give different runs, for a search of every interleaving: while
