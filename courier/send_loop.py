@@ -23,6 +23,10 @@ finishes, and the turns cost the courier more than the deliveries (docs/dev,
    ``REUSE_IDLE_S``; it is closed after any failure, and when the receiver closes
    it or sends bytes while it is idle.
 4. Plain ``http://`` only: ``HttpSends`` keeps its threads for ``https://``.
+   A host name is looked up off the loop's thread (one lookup at a time, shared by
+   every connection that waits for it), so a slow name server holds up only the
+   deliveries that need a new connection, each within its own deadline; the other
+   deliveries in flight go on. An IP address needs no lookup.
 5. ``close()`` stops the thread and closes every connection: deliveries not begun
    are never begun, those in flight never end (their jobs wait for their leases,
    as when a courier stops at once).
@@ -48,7 +52,8 @@ from courier.wire import READ_BYTES, read_answer
 
 __all__ = ["SendLoop"]
 
-_IDLE, _CONNECTING, _WRITING, _READING = range(4)
+_IDLE, _LOOKING_UP, _CONNECTING, _WRITING, _READING = range(5)
+Addresses = list[tuple[Any, ...]]  # what socket.getaddrinfo gives
 _MAX_LATE_READS = 64  # an answer of MAX_BODY_BYTES comes in a few reads; this bounds the loop
 
 
@@ -64,15 +69,18 @@ class _Slot:
     answer: bytearray = field(default_factory=bytearray)
     deadline: float = 0.0
     idle_since: float = 0.0
-    addresses: list[Any] = field(default_factory=list)  # left to try for this connect
+    addresses: Addresses = field(default_factory=list)  # left to try for this connect
 
 
 class SendLoop:
     """Up to ``count`` deliveries of ``send`` (its URL, owner and timeout) in flight
     on one daemon thread, begun in the order ``start`` hands them over (see the
-    module's rules). ``close()`` stops it."""
+    module's rules). ``close()`` stops it.
 
-    def __init__(self, send: HttpSend, count: int) -> None:
+    ``look_up`` is how a host name becomes addresses (``socket.getaddrinfo``'s
+    signature; it runs on a thread of its own, rule 4)."""
+
+    def __init__(self, send: HttpSend, count: int, look_up: Any = socket.getaddrinfo) -> None:
         if not send.url.startswith("http://"):
             raise ValueError(f"the event loop speaks http:// only, got {send.url!r}")
         if type(count) is not int or not 1 <= count <= 1000:
@@ -83,6 +91,9 @@ class SendLoop:
         self._lock = threading.Lock()
         self._woken = False  # a byte is on its way to the loop: no need for another
         self._closing = False
+        self._look_up = look_up
+        self._lookup: threading.Thread | None = None  # the lookup in flight (loop's thread)
+        self._looked_up: Addresses | OSError | None = None  # its result, under _lock
         self._selector = selectors.DefaultSelector()
         self._wake_out, self._wake_in = socket.socketpair()
         self._wake_out.setblocking(False)
@@ -124,6 +135,7 @@ class SendLoop:
     def _run(self) -> None:
         try:
             while not self._closing:
+                self._take_lookup()
                 self._begin_waiting()
                 timeout = self._next_timeout()
                 for key, mask in self._selector.select(timeout):
@@ -176,14 +188,65 @@ class SendLoop:
             self._drop(slot)
         try:
             if slot.sock is None:
-                host, port = self.send.address
-                slot.addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-                self._connect(slot)
+                self._addresses_for(slot)
             else:
                 slot.state = _WRITING
                 self._write(slot)
         except OSError as error:
             self._fail(slot, error)
+
+    def _addresses_for(self, slot: _Slot) -> None:
+        """Connect at once to an IP address; for a host name, wait (``_LOOKING_UP``) for
+        the lookup in flight, beginning one if there is none (rule 4)."""
+        host, port = self.send.address
+        try:
+            slot.addresses = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+            )
+        except socket.gaierror:  # a name: looked up off this thread
+            slot.state = _LOOKING_UP
+            if self._lookup is None:
+                self._lookup = threading.Thread(
+                    target=self._looking_up, args=(host, port), name="send-loop-lookup", daemon=True
+                )
+                self._lookup.start()
+            return
+        self._connect(slot)
+
+    def _looking_up(self, host: str, port: int) -> None:
+        """The lookup's own thread: hand the addresses (or the error) to the loop."""
+        result: Addresses | OSError
+        try:
+            result = list(self._look_up(host, port, type=socket.SOCK_STREAM))
+            if not result:
+                raise OSError(f"no address for {host!r}")
+        except OSError as error:
+            result = error
+        with self._lock:
+            self._looked_up = result
+            wake, self._woken = not self._woken, True
+        if wake:
+            self._wake()
+
+    def _take_lookup(self) -> None:
+        """The lookup's result, if it has come, to every connection that waits for it
+        (a delivery that timed out meanwhile no longer waits: rule 1)."""
+        with self._lock:
+            result, self._looked_up = self._looked_up, None
+        if result is None:
+            return
+        self._lookup = None
+        for slot in self._slots:
+            if slot.state != _LOOKING_UP:
+                continue
+            if isinstance(result, OSError):
+                self._fail(slot, result)
+                continue
+            slot.addresses = list(result)
+            try:
+                self._connect(slot)
+            except OSError as error:
+                self._fail(slot, error)
 
     def _connect(self, slot: _Slot) -> None:
         """Connect to the next address left (rule 1: within the delivery's deadline)."""

@@ -3,6 +3,7 @@ and small servers on 127.0.0.1, each delivery ending as ``HttpSend`` would have.
 
 from __future__ import annotations
 
+import socket
 import socketserver
 import threading
 import time
@@ -258,3 +259,91 @@ def test_sends_start_only_over_plain_http(tmp_path: Path) -> None:
         SendLoop(HttpSend("https://127.0.0.1:9/d", "c1"), 1)
     with pytest.raises(ValueError, match="count"):
         SendLoop(HttpSend("http://127.0.0.1:9/d", "c1"), 0)
+
+
+class _HeldLookup:
+    """``socket.getaddrinfo`` behind a gate: a name server as slow as the test wants
+    (none can be made slow here for real). Counts its calls; ``fails`` makes each
+    call fail as a name that does not exist."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+        self.fails = fails
+
+    def __call__(self, host: str, port: int, **options: Any) -> Any:
+        self.calls += 1
+        self.release.wait(WAIT_S)
+        if self.fails:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return socket.getaddrinfo(host, port, **options)
+
+
+def _by_name(url: str) -> str:
+    return url.replace("127.0.0.1", "localhost")
+
+
+def test_a_slow_name_lookup_holds_up_only_the_delivery_that_needs_a_new_connection() -> None:
+    lookup = _HeldLookup()
+    lookup.release.set()
+    with counting_server(False) as server:
+        loop = SendLoop(HttpSend(_by_name(server.url), "c1", 5000), 2, look_up=lookup)
+        try:
+            [first] = _deliver(loop, "a")  # slot 0's connection, kept
+            lookup.release.clear()
+            order: list[str] = []
+            kept, new = _Recorded(order, "b"), _Recorded(order, "c")
+            loop.start(kept)  # on slot 0's kept connection
+            loop.start(new)  # slot 1 needs a connection, so a lookup, which waits
+            assert kept.ended.wait(WAIT_S / 4), "a slow lookup held up the kept connection"
+            assert not new.ended.is_set()
+            lookup.release.set()
+            assert new.ended.wait(WAIT_S)
+        finally:
+            loop.close()
+    assert (first.outcome, kept.outcome, new.outcome) == (True, True, True)
+    assert (lookup.calls, server.connections) == (2, 2)
+
+
+def test_a_lookup_past_the_deadline_is_a_timeout_and_the_next_delivery_still_connects() -> None:
+    lookup = _HeldLookup()
+    with counting_server(False) as server:
+        loop = SendLoop(HttpSend(_by_name(server.url), "c1", 300), 1, look_up=lookup)
+        try:
+            started = time.monotonic()
+            [late] = _deliver(loop, "a")
+            waited = time.monotonic() - started
+            lookup.release.set()
+            [after] = _deliver(loop, "b")
+        finally:
+            loop.close()
+    assert isinstance(late.outcome, worker.Retryable)
+    assert late.cause is not None and late.cause.kind == "timeout"
+    assert waited < WAIT_S / 4  # at its deadline, not when the lookup ended
+    assert after.outcome is True
+    # The next delivery shares the lookup if it began before the loop took its result,
+    # else it begins one of its own.
+    assert lookup.calls in (1, 2) and server.connections == 1
+
+
+def test_one_failed_lookup_ends_every_delivery_that_waited_for_it() -> None:
+    lookup = _HeldLookup(fails=True)
+    loop = SendLoop(HttpSend("http://queue-receiver.invalid:8080/d", "c1", 5000), 2, look_up=lookup)
+    try:
+        order: list[str] = []
+        waiting = [_Recorded(order, "a"), _Recorded(order, "b")]
+        for delivery in waiting:
+            loop.start(delivery)
+        deadline = time.monotonic() + WAIT_S
+        while order != ["a", "b"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        lookup.release.set()  # both wait for the one lookup by now
+        for delivery in waiting:
+            assert delivery.ended.wait(WAIT_S)
+    finally:
+        loop.close()
+    assert lookup.calls == 1
+    for delivery in waiting:
+        assert isinstance(delivery.outcome, worker.Retryable)
+        assert delivery.cause is not None and delivery.cause.kind == "connection"
+        assert "gaierror" in delivery.cause.detail
