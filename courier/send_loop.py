@@ -222,6 +222,8 @@ class SendLoop:
                 raise OSError(f"no address for {host!r}")
         except OSError as error:
             result = error
+        except Exception as error:  # a name that cannot be encoded, say: it fails alike
+            result = OSError(f"cannot look {host!r} up: {type(error).__name__}: {error}")
         with self._lock:
             self._looked_up = result
             wake, self._woken = not self._woken, True

@@ -266,7 +266,7 @@ class _HeldLookup:
     (none can be made slow here for real). Counts its calls; ``fails`` makes each
     call fail as a name that does not exist."""
 
-    def __init__(self, fails: bool = False) -> None:
+    def __init__(self, fails: type[Exception] | None = None) -> None:
         self.release = threading.Event()
         self.calls = 0
         self.fails = fails
@@ -274,8 +274,10 @@ class _HeldLookup:
     def __call__(self, host: str, port: int, **options: Any) -> Any:
         self.calls += 1
         self.release.wait(WAIT_S)
-        if self.fails:
+        if self.fails is socket.gaierror:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        if self.fails is not None:
+            raise self.fails("label empty or too long")  # as the idna codec says
         return socket.getaddrinfo(host, port, **options)
 
 
@@ -326,8 +328,11 @@ def test_a_lookup_past_the_deadline_is_a_timeout_and_the_next_delivery_still_con
     assert lookup.calls in (1, 2) and server.connections == 1
 
 
-def test_one_failed_lookup_ends_every_delivery_that_waited_for_it() -> None:
-    lookup = _HeldLookup(fails=True)
+@pytest.mark.parametrize("error", [socket.gaierror, UnicodeError])
+def test_one_failed_lookup_ends_every_delivery_that_waited_for_it(
+    error: type[Exception],
+) -> None:
+    lookup = _HeldLookup(fails=error)
     loop = SendLoop(HttpSend("http://queue-receiver.invalid:8080/d", "c1", 5000), 2, look_up=lookup)
     try:
         order: list[str] = []
@@ -340,10 +345,16 @@ def test_one_failed_lookup_ends_every_delivery_that_waited_for_it() -> None:
         lookup.release.set()  # both wait for the one lookup by now
         for delivery in waiting:
             assert delivery.ended.wait(WAIT_S)
+        # The loop is not left waiting for a lookup that ended: the next delivery makes
+        # one of its own and fails at once, not at its deadline.
+        started = time.monotonic()
+        [again] = _deliver(loop, "c")
+        waited = time.monotonic() - started
     finally:
         loop.close()
-    assert lookup.calls == 1
-    for delivery in waiting:
+    assert lookup.calls == 2
+    for delivery in [*waiting, again]:
         assert isinstance(delivery.outcome, worker.Retryable)
         assert delivery.cause is not None and delivery.cause.kind == "connection"
-        assert "gaierror" in delivery.cause.detail
+        assert error.__name__ in delivery.cause.detail
+    assert waited < 2.5  # well before the 5 s deadline
