@@ -175,6 +175,10 @@ class HttpSend:
         if not parts.hostname:
             raise ValueError(f"'url' must name a host, got {url!r}")
         try:
+            parts.hostname.encode("idna")  # what a lookup of the name will do first
+        except UnicodeError:
+            raise ValueError(f"'url' names a host that cannot be looked up, got {url!r}") from None
+        try:
             port = parts.port
         except ValueError:
             raise ValueError(f"'url' has a malformed port, got {url!r}") from None

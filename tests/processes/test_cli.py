@@ -140,6 +140,7 @@ def filled_in(argv: list[str], names: dict[str, Path]) -> list[str]:
         ["inbox", "{missing}"],
         ["run", "{missing}", "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"],
         ["run", "{queue}", "--url", "ftp://x", "--owner", "c1"],
+        ["run", "{queue}", "--url", "http://receiver..example/deliveries", "--owner", "c1"],
         ["run", "{queue}", "--url", "http://127.0.0.1:9/deliveries", "--owner", "c 1"],
         ["run", "{queue}", "--url", "http://x/", "--owner", "c1", "--stall-after-acks", "1"],
     ],
