@@ -171,9 +171,18 @@ class HttpSend:
             )
         if type(timeout_ms) is not int or not 1 <= timeout_ms <= 60_000:
             raise ValueError(f"'timeout_ms' must be an int in 1..60000, got {timeout_ms!r}")
-        parts = urllib.parse.urlsplit(url)
+        try:
+            parts = urllib.parse.urlsplit(url)
+        except ValueError as error:  # an unclosed IPv6 bracket, say
+            raise ValueError(f"'url' is not a URL ({error}), got {url!r}") from None
         if not parts.hostname:
             raise ValueError(f"'url' must name a host, got {url!r}")
+        if parts.username is not None or parts.password is not None:
+            # Not echoed: the password would go into the log.
+            raise ValueError(
+                "'url' carries a user name or password, which the courier does not send"
+                " (no Authorization header): give the receiver's URL without them"
+            )
         try:
             parts.hostname.encode("idna")  # what a lookup of the name will do first
         except UnicodeError:
@@ -182,6 +191,8 @@ class HttpSend:
             port = parts.port
         except ValueError:
             raise ValueError(f"'url' has a malformed port, got {url!r}") from None
+        if port == 0:
+            raise ValueError(f"'url' has port 0, which no receiver listens on, got {url!r}")
         self.url = url
         self.owner = owner
         self.timeout_s = timeout_ms / 1000

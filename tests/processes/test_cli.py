@@ -141,6 +141,9 @@ def filled_in(argv: list[str], names: dict[str, Path]) -> list[str]:
         ["run", "{missing}", "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"],
         ["run", "{queue}", "--url", "ftp://x", "--owner", "c1"],
         ["run", "{queue}", "--url", "http://receiver..example/deliveries", "--owner", "c1"],
+        ["run", "{queue}", "--url", "http://[::1/deliveries", "--owner", "c1"],
+        ["run", "{queue}", "--url", "http://127.0.0.1:0/deliveries", "--owner", "c1"],
+        ["run", "{queue}", "--url", "http://me:secret@127.0.0.1:9/d", "--owner", "c1"],
         ["run", "{queue}", "--url", "http://127.0.0.1:9/deliveries", "--owner", "c 1"],
         ["run", "{queue}", "--url", "http://x/", "--owner", "c1", "--stall-after-acks", "1"],
     ],
@@ -152,6 +155,16 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(
     assert code in (EXIT_USAGE, EXIT_ERROR)
     assert err.startswith("courier: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "missing").exists(), "a command created a queue it should refuse"
+
+
+def test_a_url_with_a_password_is_refused_without_echoing_it(
+    queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = "http://me:s3cret@127.0.0.1:9/deliveries"
+    code, out, err = run_cli(capsys, "run", str(queue), "--url", url, "--owner", "c1")
+    assert code == EXIT_USAGE
+    assert "user name or password" in err
+    assert "s3cret" not in out + err
 
 
 def test_argparse_errors_exit_2_with_usage(queue: Path, capsys: pytest.CaptureFixture[str]) -> None:
