@@ -135,7 +135,13 @@ def _enqueue_file(args: argparse.Namespace, ttl_ms: int, attempts: int) -> int:
         data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8")
         source, fmt = "stdin", args.format or "jsonl"
     else:
-        source, data = args.file, Path(args.file).read_bytes()
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as error:  # missing, a folder, unreadable: nothing was enqueued
+            raise ValueError(
+                f"cannot read --file {args.file!r} ({error.strerror or error}): nothing enqueued"
+            ) from None
+        source = args.file
         fmt = args.format or bulk.sniff_format(args.file)
     text, undecodable = bulk.decode_lines(data)
     records = bulk.parse_records(text, fmt, source, undecodable)

@@ -138,6 +138,8 @@ def filled_in(argv: list[str], names: dict[str, Path]) -> list[str]:
         ["redrive", "{queue}", "nobody", "--note", "why"],
         ["redrive", "{queue}", "a", "--note", "not an identifier"],
         ["inbox", "{missing}"],
+        ["enqueue", "{queue}", "--file", "{missing}"],
+        ["enqueue", "{queue}", "--file", "{folder}"],
         ["run", "{missing}", "--url", "http://127.0.0.1:9/deliveries", "--owner", "c1"],
         ["run", "{queue}", "--url", "ftp://x", "--owner", "c1"],
         ["run", "{queue}", "--url", "http://receiver..example/deliveries", "--owner", "c1"],
@@ -155,6 +157,17 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(
     assert code in (EXIT_USAGE, EXIT_ERROR)
     assert err.startswith("courier: error: ") and err.count("\n") == 1, err
     assert not (tmp_path / "missing").exists(), "a command created a queue it should refuse"
+
+
+def test_a_file_that_cannot_be_read_is_named_and_nothing_is_enqueued(
+    tmp_path: Path, queue: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for given, why in ((tmp_path / "missing.jsonl", "No such file"), (tmp_path, "directory")):
+        code, _, err = run_cli(capsys, "enqueue", str(queue), "--file", str(given))
+        assert code == EXIT_USAGE
+        assert f"cannot read --file {str(given)!r}" in err and why in err, err
+    code, out, _ = run_cli(capsys, "status", str(queue), "--json")
+    assert code == EXIT_OK and json.loads(out)["counts"]["pending"] == 0
 
 
 def test_a_url_with_a_password_is_refused_without_echoing_it(
