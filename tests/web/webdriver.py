@@ -6,14 +6,20 @@ loopback port, open one session with ``chromium --headless``, and use the few
 commands a test needs (go to a URL, find elements by CSS, read text, type, click,
 run a script, take a screenshot, and one DevTools command: the time zone).
 Every request has a timeout; ``Browser.close`` ends the session and the driver.
+The driver and the browser keep their temporary files (the browser's profile, its
+shared memory) in a folder of their own (``TMPDIR``), which ``close`` removes: left
+to themselves they leave two folders in ``/tmp`` a session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -40,8 +46,12 @@ class Browser:
 
     def __init__(self, driver: str, chromium: str) -> None:
         port = _free_port()
+        self._tmp = tempfile.mkdtemp(prefix="lease-queue-browser-")
         self._driver = subprocess.Popen(
-            [driver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [driver, f"--port={port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": self._tmp},
         )
         self._base = f"http://127.0.0.1:{port}"
         self._session: str | None = None
@@ -145,6 +155,12 @@ class Browser:
         command = {"cmd": "Emulation.setTimezoneOverride", "params": {"timezoneId": zone}}
         self._in_session("POST", "/goog/cdp/execute", command)
 
+    @property
+    def temporary_folder(self) -> str:
+        """The folder of the driver's and the browser's temporary files (``close``
+        removes it)."""
+        return self._tmp
+
     def close(self) -> None:
         """End the session and stop the driver (and with it the browser)."""
         if self._session is not None:
@@ -158,3 +174,4 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self._driver.kill()
                 self._driver.wait(timeout=10)
+        shutil.rmtree(self._tmp, ignore_errors=True)
