@@ -53,7 +53,7 @@ from courier.wire import READ_BYTES, read_answer
 __all__ = ["SendLoop"]
 
 _IDLE, _LOOKING_UP, _CONNECTING, _WRITING, _READING = range(5)
-Addresses = list[tuple[Any, ...]]  # what socket.getaddrinfo gives
+_Addresses = list[tuple[Any, ...]]  # what socket.getaddrinfo gives
 _MAX_LATE_READS = 64  # an answer of MAX_BODY_BYTES comes in a few reads; this bounds the loop
 
 
@@ -69,7 +69,7 @@ class _Slot:
     answer: bytearray = field(default_factory=bytearray)
     deadline: float = 0.0
     idle_since: float = 0.0
-    addresses: Addresses = field(default_factory=list)  # left to try for this connect
+    addresses: _Addresses = field(default_factory=list)  # left to try for this connect
 
 
 class SendLoop:
@@ -93,7 +93,7 @@ class SendLoop:
         self._closing = False
         self._look_up = look_up
         self._lookup: threading.Thread | None = None  # the lookup in flight (loop's thread)
-        self._looked_up: Addresses | OSError | None = None  # its result, under _lock
+        self._looked_up: _Addresses | OSError | None = None  # its result, under _lock
         self._selector = selectors.DefaultSelector()
         self._wake_out, self._wake_in = socket.socketpair()
         self._wake_out.setblocking(False)
@@ -215,7 +215,7 @@ class SendLoop:
 
     def _looking_up(self, host: str, port: int) -> None:
         """The lookup's own thread: hand the addresses (or the error) to the loop."""
-        result: Addresses | OSError
+        result: _Addresses | OSError
         try:
             result = list(self._look_up(host, port, type=socket.SOCK_STREAM))
             if not result:
