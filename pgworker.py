@@ -51,8 +51,13 @@ Locking: a claim is one statement. Its quarantine and its three searches (fresh
 pending rows, retried pending rows and expired leases, each in seq order) lock
 their rows with ``FOR UPDATE SKIP LOCKED``: a row another transaction holds is
 passed over, never waited for, so claimers on many hosts do not queue up
-behind one another, and none of them deadlocks. In a single session nothing is
-ever locked, and the claim order is exactly the contract's (lowest seq first).
+behind one another, and none of them deadlocks. The writes that do wait take
+their rows in one order, so that two of them cannot wait for each other either:
+an intake inserts its new rows in id order (their seqs still in list order: it
+waits for a concurrent intake's uncommitted row of the same id), a
+``finish_many`` locks its live rows in seq order before it changes them, and a
+``redrive`` locks one row. In a single session nothing is ever locked, and the
+claim order is exactly the contract's (lowest seq first).
 Each search locks at most ``limit`` rows and the lowest ``limit`` of all those
 are leased; the others are released at COMMIT (meanwhile another claimer
 passes them over). The searches leave alone every row the quarantine takes
@@ -229,20 +234,33 @@ _LOCK_SCHEMA = "SELECT pg_advisory_xact_lock(hashtext('lease-queue:' || current_
 _SET_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 # enqueue and enqueue_many: one statement reads the ids already there and
-# inserts, in list order, the first event of each id that is not; a concurrent
-# intake of the same id makes ON CONFLICT skip it (_SELECT_QTYS then reads it).
+# inserts the first event of each id that is not; a concurrent intake of the same
+# id makes ON CONFLICT skip it (_SELECT_QTYS then reads it). The new jobs take
+# their seqs in list order (the claim order), but the rows go in in id order: an
+# insert waits for a concurrent intake's uncommitted row of the same id, so two
+# intakes of the same ids in other orders would each wait for the other (a
+# deadlock the server ends by failing one); in one order, the later one waits.
 _INTAKE = """WITH given AS (
     SELECT id, qty, n
     FROM unnest(%(ids)s::text[], %(qtys)s::integer[]) WITH ORDINALITY AS g(id, qty, n)),
   existing AS (SELECT jobs.id, jobs.qty FROM jobs WHERE jobs.id = ANY(%(ids)s::text[])),
-  inserted AS (
-    INSERT INTO jobs (id, qty, status, attempts, max_attempts, token, available_at, deadline)
-    SELECT given.id, given.qty, 'pending', 0, %(max_attempts)s::integer, 0,
-      %(now)s::bigint, %(deadline)s::bigint
-    FROM given
+  fresh AS (
+    SELECT given.id, given.qty, given.n FROM given
     WHERE given.n = (SELECT min(first.n) FROM given AS first WHERE first.id = given.id)
       AND NOT EXISTS (SELECT 1 FROM existing WHERE existing.id = given.id)
-    ORDER BY given.n
+    ORDER BY given.n),
+  numbered AS (
+    SELECT fresh.id, fresh.qty,
+      nextval((SELECT pg_get_serial_sequence('jobs', 'seq')::regclass)) AS seq
+    FROM fresh),
+  inserted AS (
+    INSERT INTO jobs
+      (seq, id, qty, status, attempts, max_attempts, token, available_at, deadline)
+    OVERRIDING SYSTEM VALUE
+    SELECT numbered.seq, numbered.id, numbered.qty, 'pending', 0, %(max_attempts)s::integer,
+      0, %(now)s::bigint, %(deadline)s::bigint
+    FROM numbered
+    ORDER BY numbered.id
     ON CONFLICT (id) DO NOTHING
     RETURNING id, qty)
 SELECT id, qty, false FROM existing UNION ALL SELECT id, qty, true FROM inserted"""
@@ -304,13 +322,17 @@ UPDATE jobs SET status = 'leased', attempts = jobs.attempts + 1, token = jobs.to
 # subquery, so that no estimate depends on a parameter's value (see "Planning" above).
 _CLAIM_ONE = _CLAIM.replace("%(limit)s", "1").replace("%(now)s", "(SELECT %(now)s::bigint)")
 
-# finish and finish_many: one compare-and-set UPDATE. A ticket is live only if
-# it matches the row in full and neither the lease nor the job's deadline has
-# passed. ``id = ANY(...)`` offers the planner the rows by id, so that a batch
-# costs its own rows rather than a read of every live lease. The verdict is
-# worker.py's _settlement as one SQL expression: ok -> done; permanent; a spent
-# budget -> exhausted; a retry due at or after the deadline -> deadline; else
-# retry (pending, available after the delay).
+# finish and finish_many: one compare-and-set UPDATE, whose rows are locked first
+# in seq order (``locked``): two batches finishing the same live tickets in other
+# orders would otherwise each hold a row the other waits for (a deadlock the
+# server ends by failing one); in seq order, the later one waits, then finds the
+# rows settled. A ticket is live only if it matches the row in full and neither
+# the lease nor the job's deadline has passed. ``id = ANY(...)`` offers the
+# planner the rows by id, so that a batch costs its own rows rather than a read
+# of every live lease. The verdict is worker.py's _settlement as one SQL
+# expression: ok -> done; permanent; a spent budget -> exhausted; a retry due at
+# or after the deadline -> deadline; else retry (pending, available after the
+# delay).
 _VERDICT = """CASE WHEN given.outcome = 'ok' THEN 'done'
     WHEN given.outcome = 'permanent' THEN 'permanent'
     WHEN jobs.attempts >= jobs.max_attempts THEN 'exhausted'
@@ -329,18 +351,30 @@ _SETTLE_FROM = {
     AS given(n, id, qty, owner, token, attempt, lease_until, outcome, delay_ms)
   WHERE jobs.id = %(id)s::text""",
 }
+_LIVE = """jobs.id = given.id AND jobs.status = 'leased'
+    AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
+    AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
+    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline"""
 _SETTLE = {
-    size: f"""UPDATE jobs SET
+    "many": f"""WITH locked AS (
+    SELECT jobs.seq, given.n, given.outcome, given.delay_ms
+    FROM jobs, {_SETTLE_FROM["many"]} AND {_LIVE}
+    ORDER BY jobs.seq FOR UPDATE OF jobs)
+  UPDATE jobs SET
     status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
     reason = nullif({_VERDICT}, 'done'),
     available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
     owner = NULL, lease_until = NULL
-  FROM {given} AND jobs.id = given.id AND jobs.status = 'leased'
-    AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
-    AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
-    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
-  RETURNING given.n, jobs.status"""
-    for size, given in _SETTLE_FROM.items()
+  FROM locked AS given WHERE jobs.seq = given.seq
+  RETURNING given.n, jobs.status""",
+    # One row: nothing to order.
+    "one": f"""UPDATE jobs SET
+    status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
+    reason = nullif({_VERDICT}, 'done'),
+    available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
+    owner = NULL, lease_until = NULL
+  FROM {_SETTLE_FROM["one"]} AND {_LIVE}
+  RETURNING given.n, jobs.status""",
 }
 
 # redrive: the job row is locked first, so nothing changes it between the check

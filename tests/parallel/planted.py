@@ -236,8 +236,7 @@ _PG_PICKED = "  FROM picked WHERE jobs.seq = picked.seq\n"
 _PG_TICKET_MATCH = """ AND jobs.status = 'leased'
     AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
     AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
-    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline
-"""
+    AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline"""
 _PG_SETTLE_CALL = """    statuses: list[str | bool] = [False] * len(settlements)
     with _statement_transaction(con, fault) as hooks:
         for n, status in _rows(con, _SETTLE[size], params):"""
@@ -284,7 +283,7 @@ PG_PLANTS = (
         "finish checks the ticket with a SELECT, then updates the row by id: a claim"
         " between the two loses its lease to the stale finish",
         (
-            (_PG_TICKET_MATCH, "\n"),
+            (_PG_TICKET_MATCH, ""),
             (
                 _PG_SETTLE_CALL,
                 """    live = {n for (n,) in _rows(con, _SETTLE_CHECK[size], params)}

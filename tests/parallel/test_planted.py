@@ -7,7 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.planted import BY_NAME, first_failures, hunt, rates
+from tests.parallel.planted import BY_NAME, PLANTS, Plant, first_failures, hunt, rates
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("bug", PLANTS, ids=lambda bug: bug.name)
+def test_every_plant_fits_its_module(bug: Plant) -> None:
+    """A plant is its module's own code with one mistake: a change of the module that
+    moves a quoted text must move the plant with it, or the plant would not run."""
+    source = (ROOT / f"{bug.module}.py").read_text(encoding="utf-8")
+    planted = bug.source(source)
+    assert planted != source
+    compile(planted, f"{bug.module}.py with {bug.name}", "exec")
 
 
 def test_rates_runs_the_same_programs_in_both_modes(tmp_path: Path) -> None:
