@@ -234,25 +234,26 @@ _LOCK_SCHEMA = "SELECT pg_advisory_xact_lock(hashtext('lease-queue:' || current_
 _SET_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 # enqueue and enqueue_many: one statement reads the ids already there and
-# inserts the first event of each id that is not; a concurrent intake of the same
-# id makes ON CONFLICT skip it (_SELECT_QTYS then reads it). The new jobs take
-# their seqs in list order (the claim order), but the rows go in in id order: an
-# insert waits for a concurrent intake's uncommitted row of the same id, so two
-# intakes of the same ids in other orders would each wait for the other (a
-# deadlock the server ends by failing one); in one order, the later one waits.
+# inserts the first event of each id that is not (``DISTINCT ON``: a list of
+# 1,000 events costs about ten times a list of 100, not a hundred times); a
+# concurrent intake of the same id makes ON CONFLICT skip it (_SELECT_QTYS then
+# reads it). The new jobs take their seqs in list order (the claim order), but
+# the rows go in in id order: an insert waits for a concurrent intake's
+# uncommitted row of the same id, so two intakes of the same ids in other orders
+# would each wait for the other (a deadlock the server ends by failing one); in
+# one order, the later one waits.
 _INTAKE = """WITH given AS (
     SELECT id, qty, n
     FROM unnest(%(ids)s::text[], %(qtys)s::integer[]) WITH ORDINALITY AS g(id, qty, n)),
   existing AS (SELECT jobs.id, jobs.qty FROM jobs WHERE jobs.id = ANY(%(ids)s::text[])),
   fresh AS (
-    SELECT given.id, given.qty, given.n FROM given
-    WHERE given.n = (SELECT min(first.n) FROM given AS first WHERE first.id = given.id)
-      AND NOT EXISTS (SELECT 1 FROM existing WHERE existing.id = given.id)
-    ORDER BY given.n),
+    SELECT DISTINCT ON (given.id) given.id, given.qty, given.n FROM given
+    WHERE NOT EXISTS (SELECT 1 FROM existing WHERE existing.id = given.id)
+    ORDER BY given.id, given.n),
   numbered AS (
-    SELECT fresh.id, fresh.qty,
+    SELECT listed.id, listed.qty,
       nextval((SELECT pg_get_serial_sequence('jobs', 'seq')::regclass)) AS seq
-    FROM fresh),
+    FROM (SELECT * FROM fresh ORDER BY fresh.n) AS listed),
   inserted AS (
     INSERT INTO jobs
       (seq, id, qty, status, attempts, max_attempts, token, available_at, deadline)
