@@ -475,6 +475,7 @@ def first_failures(
     mode: str,
     cap: int,
     conninfo: str | None = None,
+    schedules: int | None = None,
 ) -> dict[str, object]:
     """Programs to the first failure under each of ``seeds`` random seeds (``0`` ..
     ``seeds - 1``), in one ``mode``: ``scheduled`` (the ``ci`` profile's schedules per
@@ -482,7 +483,8 @@ def first_failures(
     processes). Nothing is shrunk; a seed whose first ``cap`` programs all pass counts
     as ``None``. One derandomized sequence's first failure is a single draw (the seed
     comes from the test function's source); the spread over seeds is the measure of
-    how soon a mode bites."""
+    how soon a mode bites. ``schedules``: schedules per program instead of the
+    profile's, to weigh another setting."""
     import contextlib
 
     from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -497,6 +499,7 @@ def first_failures(
 
     count = "scheduled" if bug.store == "sqlite" else "scheduled_postgres"
     _, sizes = parallel_settings(count)
+    per_program = sizes.schedules if schedules is None else schedules
     store = plant(bug, folder, conninfo)
     explicit = bug.store == "postgres"
     quick = settings(
@@ -521,7 +524,7 @@ def first_failures(
 
         @seed(number)
         @quick
-        @given(drawn=runs_of(sizes.schedules, explicit), program=programs())
+        @given(drawn=runs_of(per_program, explicit), program=programs())
         def scheduled(program: Any, drawn: Any) -> None:
             tried.append(fails(program, drawn))
             assert not tried[-1]
@@ -548,6 +551,7 @@ def first_failures(
     return {
         "plant": bug.name,
         "mode": mode,
+        "schedules": per_program if mode == "scheduled" else None,
         "cap": cap,
         "first_failures": firsts,
         "median": median,
@@ -667,7 +671,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=("scheduled", "real"), default="scheduled")
     parser.add_argument("--cap", type=int, default=600, help="programs per seed (--seeds)")
+    parser.add_argument(
+        "--schedules", type=int, metavar="N", help="schedules per program (--seeds; the profile's)"
+    )
     args = parser.parse_args(argv)
+    for name in ("rates", "seeds", "cap", "schedules"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.schedules is not None and not (args.seeds and args.mode == "scheduled"):
+        parser.error("--schedules weighs the scheduled mode of --seeds only")
     if args.table:
         print(table(json.loads(args.table.read_text(encoding="utf-8"))))
         return 0
@@ -691,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             result: dict[str, object] = {"plant": bug.name}
             if args.seeds:
                 result = first_failures(
-                    bug, Path(scratch), args.seeds, args.mode, args.cap, conninfo
+                    bug, Path(scratch), args.seeds, args.mode, args.cap, conninfo, args.schedules
                 )
             elif args.rates:
                 result = rates(bug, Path(scratch), args.rates, conninfo)
