@@ -4,10 +4,10 @@ A queue on PostgreSQL can hold many rows that no claim should read: the expired 
 a fleet that died (claimable, but only the lowest seq matters), the running leases of a
 fleet at work, retries waiting out their backoff, and a long done/dead history. Each test
 builds one such state with many rows and counts the pages the claim's statement touches
-(``EXPLAIN (ANALYZE, BUFFERS)``, a count of work, not a time): under both plans a single
-``claim`` gets (the first runs on a connection are planned for their values, then
-PostgreSQL keeps one plan for any values; see pgworker's "Planning") and the plans
-``claim_many`` gets (for its values, its ``LIMIT`` being a parameter). A claim that sorted
+(``EXPLAIN (ANALYZE, BUFFERS)``, a count of work, not a time): under both plans a
+``claim`` and a ``claim_many`` of 64 get (the first runs on a connection are planned for
+their values, then PostgreSQL keeps one plan for any values; see pgworker's
+"Planning"). A claim that sorted
 or scanned the whole state would touch hundreds of pages; a flat one touches a few dozen
 whatever the size. Then a real claim takes the job the contract names.
 
@@ -67,16 +67,16 @@ def fill(con: Connection, state: str, rows: int = ROWS) -> None:
     con.execute("ANALYZE jobs")
 
 
-def pages_read(con: Connection, statement: str, limit: int | None, generic: bool) -> int:
+def pages_read(con: Connection, statement: str, generic: bool) -> int:
     """The pages (shared buffers hit or read) the searches of one run of the claim
     ``statement`` touch, under a generic or a custom plan, rolled back afterwards."""
-    names = ["now", "owner", "lease_ms"] + (["limit"] if limit is not None else [])
+    names = ["now", "owner", "lease_ms"] + (["limit"] if "%(limit)s" in statement else [])
     text = statement
     for number, name in enumerate(names, 1):
         text = text.replace(f"%({name})s", f"${number}")
     assert re.search(r"%\(\w+\)s", text) is None, text  # every parameter was given
     types = ["bigint", "text", "integer", "integer"][: len(names)]
-    values = [str(NOW), "'x'", "60000"] + ([str(limit)] if limit is not None else [])
+    values = [str(NOW), "'x'", "60000", "64"][: len(names)]  # a claim_many of 64
     mode = "force_generic_plan" if generic else "force_custom_plan"
     with con.transaction(force_rollback=True):
         con.execute(f"SET LOCAL plan_cache_mode = {mode}")
@@ -123,15 +123,27 @@ def queue(pg_conninfo: str) -> Any:
 def test_a_claim_touches_a_few_pages_however_many_rows_the_state_holds(
     queue: Connection, state: str
 ) -> None:
-    touched = []  # (single generic, single custom, batch) pages read, at SMALL then at ROWS
-    for rows in (SMALL, ROWS):
+    touched = []  # pages read under each plan of each size, at SMALL then at ROWS
+
+    def measured(rows: int, limit: int, generic: bool) -> int:
+        # on a fresh table: a claim rolled back leaves dead row versions that the
+        # next one reads past (64 of them cost 124 pages more)
         queue.execute("TRUNCATE jobs")
         fill(queue, state, rows)
-        single = [
-            pages_read(queue, pgworker._CLAIM_ONE, None, generic) for generic in (True, False)
-        ]
-        touched.append((*single, pages_read(queue, pgworker._CLAIM, 64, generic=False)))
-    names = ("claim (generic plan)", "claim (custom plan)", "claim_many(64)")
+        statement = pgworker._CLAIM_ONE if limit == 1 else pgworker._CLAIM_MANY
+        return pages_read(queue, statement, generic)
+
+    for rows in (SMALL, ROWS):
+        touched.append(
+            [measured(rows, limit, generic) for limit in (1, 64) for generic in (True, False)]
+        )
+    queue.execute("TRUNCATE jobs")
+    fill(queue, state)
+    names = [
+        f"{call} ({plan} plan)"
+        for call in ("claim", "claim_many(64)")
+        for plan in ("generic", "custom")
+    ]
     for name, small, large in zip(names, *touched, strict=True):
         assert large <= small + SLACK, f"{name} in {state}: {touched}"
     ticket = pgworker.claim(queue, "c1", NOW, 60_000)
@@ -145,6 +157,27 @@ def test_an_expired_lease_behind_running_ones_is_still_found(queue: Connection) 
     )
     ticket = pgworker.claim(queue, "c1", NOW, 60_000)
     assert ticket is not None and ticket["id"] == f"state-{ROWS}"
+
+
+@pytest.mark.parametrize("limit", [1, 10, 64])
+def test_a_claim_of_one_size_is_planned_once_on_a_table_with_statistics(
+    queue: Connection, limit: int
+) -> None:
+    # a backlog of fresh jobs, ANALYZEd: estimates that could follow a value
+    queue.execute("TRUNCATE jobs")
+    backlog = {"status": "pending", "attempts": 0, "available_at": T0, "deadline": FAR}
+    backlog |= {"owner": None, "lease_until": None, "reason": None}
+    queue.execute(_INSERT, {**backlog, "prefix": "due-", "count": 8_000})
+    queue.execute("ANALYZE jobs")
+    for _ in range(12):  # psycopg prepares at the sixth run, PostgreSQL decides by the 11th
+        pgworker.claim_many(queue, "c1", NOW, limit, 60_000)
+    plans = queue.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+        " WHERE statement LIKE '%%quarantined%%'"
+    ).fetchall()
+    assert len(plans) == 1, plans  # one statement for every claim of this size
+    ((generic, custom),) = plans
+    assert custom == 5 and generic == 2, plans  # five custom, then the generic one kept
 
 
 NEW_INDEXES = ("jobs_leased_by_seq", "jobs_leased_spent")
