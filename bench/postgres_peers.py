@@ -109,7 +109,9 @@ class Courier(Pgworker):
             ran.append(1)
             return True
 
-        rounds = BatchRounds(PgRounds(conninfo), self.batch, 1, COURIER_TIMEOUT_MS)
+        rounds = BatchRounds(
+            PgRounds(conninfo), self.batch, 1, COURIER_TIMEOUT_MS, claims=PgRounds(conninfo)
+        )
         rules = StopRules(max_runs=10**7, max_seconds=CELL_TIMEOUT_S, until_drained=True)
         try:
             if started():

@@ -17,6 +17,10 @@ the soak adds sits between the rounds and the queue (``RecordedCalls``):
 2. The drill (``chaos.schedule.Drill``): from the drill's round on (a round is a
    ``claim_many``), the drill's hook is passed to ``claim_many`` and
    ``finish_many``, and SIGKILLs the process at its point, mid-batch.
+3. On PostgreSQL the claims ahead go on a connection of their own, as ``courier
+   run`` makes them (``courier.batch_rounds``, rule 2): ``ClaimsApart`` records and
+   drills them as the others, so a kill at a claim's hook may come while this
+   batch's finish is in flight on the other connection.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 from courier.batch_rounds import QueueCalls
 from courier.transient import is_busy
 
-__all__ = ["RecordedCalls", "RecordedModule"]
+__all__ = ["ClaimsApart", "RecordedCalls", "RecordedModule"]
 
 T = TypeVar("T")
 
@@ -131,6 +135,31 @@ class RecordedCalls:
             if is_busy(error):
                 self.events.write("busy", detail=str(error))
             raise
+
+    def drained(self) -> bool:
+        return self.calls.drained()
+
+    def close(self) -> None:
+        self.calls.close()
+
+
+class ClaimsApart:
+    """The claims ahead of a ``RecordedCalls`` on the queue's ``calls`` of another
+    connection (``BatchRounds``' ``claims``; rule 3): recorded and drilled by that
+    ``RecordedCalls`` (one count of rounds, one drill)."""
+
+    def __init__(self, recorded: RecordedCalls, calls: QueueCalls) -> None:
+        self.recorded = recorded
+        self.calls = calls
+
+    def now_ms(self) -> int:
+        return self.calls.now_ms()
+
+    def call(self, action: Callable[[Any, Any, int], T]) -> T:
+        def recorded(module: Any, con: Any, now_ms: int) -> T:
+            return action(RecordedModule(module, self.recorded), con, now_ms)
+
+        return self.calls.call(recorded)
 
     def drained(self) -> bool:
         return self.calls.drained()

@@ -26,9 +26,10 @@ writes to its event log (``chaos.child.EventLog``, one flushed JSON line each):
 4. A drill (``chaos.schedule.Drill``) SIGKILLs the process inside one fault hook
    of ``claim`` or ``finish``, as on SQLite (``chaos.child.DrillHook``).
 5. With ``--batch``, the rounds are ``courier.batch_rounds.BatchRounds`` on the
-   link (``LinkCalls``), recorded as ``chaos.batches`` says; a finish that met a
-   lost connection is tried again with the next group, or at the end of the
-   round once the link is back.
+   link (``LinkCalls``), their claims ahead on a second link as ``courier run``
+   makes them, recorded as ``chaos.batches`` says; a finish that met a lost
+   connection is tried again with the next group, or at the end of the round
+   once the link is back.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import psycopg
 
 import pgworker
 import worker
+from chaos.batches import ClaimsApart
 from chaos.child import CourierStart, DrillHook, EventLog, add_courier_options
 from chaos.store import PG_STATUS_COUNTS, server_now_ms
 from courier.batch_rounds import BatchRounds
@@ -256,19 +258,20 @@ class LinkCalls:
         self.link.close()
 
 
-def _batched(args: argparse.Namespace, start: CourierStart, link: Link) -> None:
-    """Run one batched soak courier (rule 5) until its time bound, drained or SIGTERM."""
+def _batched(args: argparse.Namespace, start: CourierStart, link: Link, apart: Link) -> None:
+    """Run one batched soak courier (rule 5) until its time bound, drained or SIGTERM:
+    its claims ahead on the link ``apart``, as ``courier run`` makes them."""
     send = start.announce(args)
-    rounds = BatchRounds(
-        start.recorded(LinkCalls(link)), args.batch, args.in_flight, args.timeout_ms
-    )
+    recorded = start.recorded(LinkCalls(link))
+    claims = ClaimsApart(recorded, LinkCalls(apart))
+    rounds = BatchRounds(recorded, args.batch, args.in_flight, args.timeout_ms, claims=claims)
     report = start.run(args, args.conninfo, send, rounds)
     start.events.write(
         "stop",
         reason=report.stop_reason,
         runs=report.runs,
         idle=report.idle,
-        reconnects=link.reconnects,
+        reconnects=link.reconnects + apart.reconnects,
     )
 
 
@@ -288,10 +291,12 @@ def pgcourier_main(argv: Sequence[str]) -> int:
     rounds = idle = 0
     reason = "max-seconds"
     if args.batch > 1:
+        apart = Link(args.conninfo, events, stop, started + args.max_seconds, rng.random)
         try:
-            _batched(args, start, link)
+            _batched(args, start, link, apart)
         finally:
             link.close()
+            apart.close()
             events.close()
         return 0
     try:

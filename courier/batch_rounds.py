@@ -20,8 +20,13 @@ connection, turns and time base it uses through their ``call``. The rules it kee
    runs while this batch is delivered, and this batch's ``finish_many`` while the
    next one is: a round costs the larger of the calls and the deliveries, not
    their sum, and the deliveries never wait for the queue while a batch is
-   ahead. All the queue's calls stay on the round's thread, one at a time (the
-   queue's connection is one). A round told it is the ``last`` (the courier's
+   ahead. On one connection (a queue file: two writers would only wait for each
+   other) the queue's calls stay on the round's thread, one at a time. Given a
+   connection of their own for the claims (``claims``; ``courier run`` does it on
+   PostgreSQL), the claim ahead runs on a thread of its own at once with this
+   batch's finish, and the round waits for it before it returns: a round then
+   costs the larger of one claim and one finish, not their sum. A round told it
+   is the ``last`` (the courier's
    stop rules, ``courier.runner``) claims nothing ahead; a batch held ahead when
    the courier stops is delivered and finished by one more round (``holding``).
 3. Jobs are finished **in groups**, one ``finish_many`` (one commit) for every
@@ -175,10 +180,10 @@ class _Senders:
     the deliveries in flight, whose jobs then wait for their leases.
     """
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, name: str = "delivery") -> None:
         self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._serve, name=f"delivery-{n}", daemon=True)
+            threading.Thread(target=self._serve, name=f"{name}-{n}", daemon=True)
             for n in range(count)
         ]
         for thread in self._threads:
@@ -209,7 +214,9 @@ class BatchRounds:
     raise. The ``send`` of each round takes the deliveries with ``start`` if it can
     (rule 1), else it is called from ``in_flight`` threads at once; a batch claimed
     ahead is sent with the ``send`` of the round that claimed it: it must allow that
-    (``HttpSends`` does). ``close`` closes ``rounds`` too.
+    (``HttpSends`` does). ``claims``, if given, are the same queue's calls on a
+    connection of their own, for the claims ahead (rule 2). ``close`` closes
+    ``rounds`` and ``claims`` too.
 
     Raises:
         ValueError: ``batch`` is not in 1..MAX_BATCH, ``in_flight`` not in
@@ -223,6 +230,7 @@ class BatchRounds:
         in_flight: int,
         timeout_ms: int,
         announce: Callable[[list[dict[str, Any]]], None] | None = None,
+        claims: QueueCalls | None = None,
     ) -> None:
         if type(batch) is not int or not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"'batch' must be an int in 1..{MAX_BATCH}, got {batch!r}")
@@ -235,7 +243,9 @@ class BatchRounds:
         self.in_flight = in_flight
         self.timeout_ms = timeout_ms
         self.announce = announce
+        self.claims = rounds if claims is None else claims
         self._senders: _Senders | None = None
+        self._claimer: _Senders | None = None  # the thread of the claims ahead, if apart
         self._ahead: _Batch | None = None  # claimed by the last round, for the next
 
     def now_ms(self) -> int:
@@ -258,6 +268,11 @@ class BatchRounds:
             self._senders.close()
             self._senders = None
         self.rounds.close()
+        if self._claimer is not None:
+            self._claimer.close()
+            self._claimer = None
+        if self.claims is not self.rounds:
+            self.claims.close()
 
     def round(
         self,
@@ -284,12 +299,21 @@ class BatchRounds:
             current = self._claim(owner, send, jitter, lease_ms)
             if current is None:
                 return []
-        failed_ahead: Exception | None = None
-        if not last and self.batch > 1:
+        ahead: queue.SimpleQueue[_Batch | Exception | None] = queue.SimpleQueue()
+
+        def claim_ahead() -> None:
             try:
-                self._ahead = self._claim(owner, send, jitter, lease_ms)
+                ahead.put(self._claim(owner, send, jitter, lease_ms, self.claims))
             except Exception as error:  # this batch is finished first, whatever it was
-                failed_ahead = error
+                ahead.put(error)
+
+        claiming = not last and self.batch > 1
+        if claiming and self.claims is self.rounds:
+            claim_ahead()
+        elif claiming:  # on its own connection, while this batch is finished (rule 2)
+            if self._claimer is None:
+                self._claimer = _Senders(1, "claim-ahead")
+            self._claimer.run(claim_ahead)
         until = current.started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
 
         def finish_by(waiting: list[_Delivered]) -> float:
@@ -298,13 +322,24 @@ class BatchRounds:
             return current.started + float(first - current.claimed_at - lease_ms // 4) / 1000
 
         count = len(current.tickets)
-        results = self._finish_in_groups(current.delivered, count, until, finish_by)
+        try:
+            results = self._finish_in_groups(current.delivered, count, until, finish_by)
+        finally:
+            claimed = ahead.get() if claiming else None  # back once the claim is
+            failed_ahead = claimed if isinstance(claimed, Exception) else None
+            if isinstance(claimed, _Batch):
+                self._ahead = claimed
         if failed_ahead is not None and not is_transient(failed_ahead):
             raise PartlyDone(failed_ahead, results)
         return results
 
     def _claim(
-        self, owner: str, send: Send, jitter: Callable[[], float], lease_ms: int
+        self,
+        owner: str,
+        send: Send,
+        jitter: Callable[[], float],
+        lease_ms: int,
+        calls: QueueCalls | None = None,
     ) -> _Batch | None:
         """Claim a batch and hand its deliveries over (to the send's ``start``, or to the
         delivery threads), behind any already handed out; ``None`` if nothing was
@@ -313,7 +348,7 @@ class BatchRounds:
         def claim(module: Any, con: Any, now_ms: int) -> tuple[int, list[dict[str, Any]]]:
             return now_ms, module.claim_many(con, owner, now_ms, self.batch, lease_ms)
 
-        claimed_at, tickets = self.rounds.call(claim)
+        claimed_at, tickets = (calls or self.rounds).call(claim)
         if not tickets:
             return None
         claimed = _Batch(tickets, claimed_at, time.monotonic(), queue.SimpleQueue())

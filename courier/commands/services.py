@@ -290,7 +290,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     rounds = None
     if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
         announce = attempts.announcing_batches(owner, log)
-        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms, announce)
+        # on PostgreSQL the claims ahead have a connection of their own (rule 2)
+        claims = rounds_for(args.queue) if backend.is_conninfo(args.queue) else None
+        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms, announce, claims)
     try:
         report = run_courier(
             args.queue,

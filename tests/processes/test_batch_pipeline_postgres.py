@@ -1,0 +1,155 @@
+"""The batched courier on PostgreSQL (``courier.batch_rounds``, rule 2; ``courier.pg_rounds``).
+
+On PostgreSQL the claims ahead go on a connection of their own, so the next batch's
+``claim_many`` runs while this batch's ``finish_many`` does; and a courier's time is the
+server's clock read at most ``CLOCK_READ_S`` ago and carried forward on the monotonic
+clock, never later than the server's own. Real server, real receiver over loopback HTTP;
+every wait is for a state, and bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+
+import pgworker
+from courier import backend
+from courier.batch_rounds import BatchRounds
+from courier.delivery import HttpSends
+from courier.pg_rounds import CLOCK_READ_S, PgRounds
+from courier.receiver import Receiver
+from courier.runner import run_courier
+from courier.stop_rules import StopRules
+from tests.processes.test_batches import effects_by_id
+
+T = TypeVar("T")
+WAIT_S = 10.0
+LEASE_MS, TIMEOUT_MS = 30_000, 750
+
+
+class _Meeting:
+    """Two events that a claim ahead and a finish set on entering, each waiting
+    (bounded) for the other's: both come back True only if the two were in flight at
+    once. Only the first of each meets; later calls pass."""
+
+    def __init__(self) -> None:
+        self.claim_in, self.finish_in = threading.Event(), threading.Event()
+        self.met: dict[str, bool] = {}
+
+    def enter(self, mine: threading.Event, other: threading.Event, name: str) -> None:
+        if name not in self.met:
+            mine.set()
+            self.met[name] = other.wait(WAIT_S)
+
+
+class _Module:
+    """``pgworker`` whose ``finish_many`` meets the claim ahead first."""
+
+    def __init__(self, meeting: _Meeting) -> None:
+        self.meeting = meeting
+
+    def claim_many(self, *args: Any) -> Any:
+        return pgworker.claim_many(*args)
+
+    def finish_many(self, *args: Any) -> Any:
+        self.meeting.enter(self.meeting.finish_in, self.meeting.claim_in, "finish")
+        return pgworker.finish_many(*args)
+
+
+class _Calls:
+    """``PgRounds`` whose calls go through ``_Module``; ``ahead``: every call is a claim
+    ahead, which meets the finish first."""
+
+    def __init__(self, conninfo: str, meeting: _Meeting, ahead: bool) -> None:
+        self.rounds = PgRounds(conninfo)
+        self.meeting, self.ahead = meeting, ahead
+
+    def now_ms(self) -> int:
+        return self.rounds.now_ms()
+
+    def call(self, action: Callable[[Any, Any, int], T]) -> T:
+        if self.ahead:
+            self.meeting.enter(self.meeting.claim_in, self.meeting.finish_in, "claim ahead")
+        module = _Module(self.meeting)
+        return self.rounds.call(lambda _, con, now_ms: action(module, con, now_ms))
+
+    def drained(self) -> bool:
+        return self.rounds.drained()
+
+    def close(self) -> None:
+        self.rounds.close()
+
+
+def _enqueued(conninfo: str, count: int) -> list[str]:
+    ids = [f"j{n:02d}" for n in range(1, count + 1)]
+    with psycopg.connect(conninfo, autocommit=True) as con:
+        now = backend.server_clock_ms(con)
+        events = [{"id": job_id, "qty": 1} for job_id in ids]
+        assert pgworker.enqueue_many(con, events, now, 60_000) == [True] * count
+    return ids
+
+
+def test_the_claim_ahead_runs_on_its_own_connection_while_this_batch_is_finished(
+    pg_conninfo: str, receiver: Receiver
+) -> None:
+    """The first finish waits until the claim ahead has begun, and the claim ahead
+    until the finish has: calls made one after another on one connection would
+    never get past either wait."""
+    ids = _enqueued(pg_conninfo, 12)
+    meeting = _Meeting()
+    rounds = BatchRounds(
+        _Calls(pg_conninfo, meeting, ahead=False),
+        4,
+        2,
+        TIMEOUT_MS,
+        claims=_Calls(pg_conninfo, meeting, ahead=True),
+    )
+    rules = StopRules(max_runs=100, max_seconds=4 * WAIT_S, until_drained=True)
+    try:
+        with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
+            report = run_courier(
+                pg_conninfo, "c1", send, lease_ms=LEASE_MS, stop_rules=rules, rounds=rounds
+            )
+    finally:
+        rounds.close()
+    assert meeting.met == {"claim ahead": True, "finish": True}
+    assert report.stop_reason == "drained"
+    assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids
+    assert effects_by_id(receiver.inbox.path) == dict.fromkeys(ids, 1)
+
+
+def test_the_carried_clock_is_never_later_than_the_servers_and_is_read_once_a_second(
+    pg_conninfo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    read = backend.server_clock_ms
+
+    def counted(con: Any) -> int:
+        reads.append(read(con))
+        return reads[-1]
+
+    monkeypatch.setattr(backend, "server_clock_ms", counted)  # what pg_rounds calls
+    rounds = PgRounds(pg_conninfo)
+    seen: list[int] = []
+    began = time.monotonic()
+    try:
+        with psycopg.connect(pg_conninfo, autocommit=True) as other:
+            while time.monotonic() - began < 2.5 * CLOCK_READ_S:  # bounded in time
+                carried = rounds.now_ms()
+                server = read(other)
+                assert carried <= server, (carried, server)
+                seen.append(carried)
+                time.sleep(0.005)
+            assert server - carried <= 50, "carried forward, it kept up with the server"
+        assert seen == sorted(seen), "it never went back"
+        assert len(reads) == 3, reads  # at 0, 1 and 2 seconds
+        rounds.close()
+        rounds.now_ms()
+        assert len(reads) == 4, "a new connection reads the clock anew"
+    finally:
+        rounds.close()
