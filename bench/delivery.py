@@ -19,7 +19,7 @@ from bench.measure import fleet_totals
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from courier.attempts import AttemptLog, sidecar_path
-from courier.batch_rounds import BatchRounds, waits
+from courier.batch_rounds import batch_rounds_for, waits
 from courier.clock import clock_ms
 from courier.delivery import Cause, HttpSend, HttpSends
 from courier.inbox import Inbox
@@ -296,10 +296,10 @@ def courier_run(
     target: str, url: str, seconds: float, batch: int = 1, in_flight: int = 1
 ) -> dict[str, Any]:
     """What ``courier run QUEUE --batch B --in-flight M`` does for ``seconds``, in this
-    process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``),
-    ``BatchRounds`` over the queue's rounds for a batch, the attempt log. Today's
-    courier (``batch`` 1) keeps ``courier run``'s defaults (``LEASE_MS``); a batched one
-    has ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
+    process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``), the
+    rounds ``courier run`` makes (``batch_rounds_for`` the queue for a batch), the attempt
+    log. Today's courier (``batch`` 1) keeps ``courier run``'s defaults (``LEASE_MS``); a
+    batched one has ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
     lease_ms, timeout_ms = (
         (LEASE_MS, TIMEOUT_MS) if batch == 1 else (BATCH_LEASE_MS, BATCH_TIMEOUT_MS)
     )
@@ -309,8 +309,9 @@ def courier_run(
         if in_flight == 1
         else HttpSends(url, owner, timeout_ms, in_flight)
     )
-    queue_rounds = rounds_for(target)
-    rounds = BatchRounds(queue_rounds, batch, in_flight, timeout_ms) if batch > 1 else queue_rounds
+    rounds = (
+        batch_rounds_for(target, batch, in_flight, timeout_ms) if batch > 1 else rounds_for(target)
+    )
     attempts = AttemptLog(target)
     rules = StopRules(max_runs=10**7, max_seconds=seconds)
     start = time.monotonic()

@@ -21,8 +21,7 @@ from bench.measure import T0_MS, add_record_options, fleet, log, publish, record
 from bench.ops import Calls, event, expect
 from bench.server import Server, postgres_server
 from courier import backend
-from courier.batch_rounds import BatchRounds
-from courier.pg_rounds import PgRounds
+from courier.batch_rounds import batch_rounds_for
 from courier.runner import run_courier
 from courier.stop_rules import StopRules
 
@@ -84,8 +83,8 @@ class Pgworker:
 
 
 class Courier(Pgworker):
-    """``courier run --batch N``'s loop (``run_courier`` over ``BatchRounds`` on
-    ``PgRounds``: ``claim_many``, the deliveries, ``finish_many``, on the server's clock),
+    """``courier run --batch N``'s loop (``run_courier`` over ``batch_rounds_for`` the
+    database: ``claim_many``, the deliveries, ``finish_many``, on the server's clock),
     with a send that returns ``True`` at once (the peers' no-op task), until the queue
     is drained."""
 
@@ -109,9 +108,7 @@ class Courier(Pgworker):
             ran.append(1)
             return True
 
-        rounds = BatchRounds(
-            PgRounds(conninfo), self.batch, 1, COURIER_TIMEOUT_MS, claims=PgRounds(conninfo)
-        )
+        rounds = batch_rounds_for(conninfo, self.batch, 1, COURIER_TIMEOUT_MS)
         rules = StopRules(max_runs=10**7, max_seconds=CELL_TIMEOUT_S, until_drained=True)
         try:
             if started():

@@ -73,11 +73,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import worker
+from courier import backend
+from courier.backend import Target
 from courier.delivery import Cause, Send, can_start
-from courier.runner import PartlyDone
+from courier.runner import PartlyDone, rounds_for
 from courier.transient import is_transient
 
-__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "lease_covers", "waits"]
+__all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "batch_rounds_for", "lease_covers"]
+__all__ += ["waits"]
 
 T = TypeVar("T")
 
@@ -463,3 +466,21 @@ class BatchRounds:
             )
         waiting.clear()
         return None
+
+
+def batch_rounds_for(
+    target: Target,
+    batch: int,
+    in_flight: int,
+    timeout_ms: int,
+    announce: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> BatchRounds:
+    """The batched rounds ``courier run --batch`` makes on the queue at ``target``
+    (``courier.runner.rounds_for``): on PostgreSQL with a connection of their own for
+    the claims ahead (rule 2), on a queue file on its one connection.
+
+    Raises:
+        ValueError: as ``BatchRounds``.
+    """
+    claims = rounds_for(target) if backend.is_conninfo(target) else None
+    return BatchRounds(rounds_for(target), batch, in_flight, timeout_ms, announce, claims)

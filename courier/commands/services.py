@@ -23,7 +23,7 @@ from typing import Any
 
 from courier import backend, bulk
 from courier.attempts import AttemptLog
-from courier.batch_rounds import MAX_BATCH, BatchRounds, lease_covers, waits
+from courier.batch_rounds import MAX_BATCH, batch_rounds_for, lease_covers, waits
 from courier.commands.connection import transient_trouble, wait_for_queue
 from courier.commands.options import (
     MAX_LEASE_MS,
@@ -41,7 +41,7 @@ from courier.delivery import HttpSend, HttpSends
 from courier.interference import ReplyDelay
 from courier.log_lines import LogLines
 from courier.receiver import Receiver
-from courier.runner import rounds_for, run_courier
+from courier.runner import run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import stop_on_signals
 
@@ -290,9 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rounds = None
     if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
         announce = attempts.announcing_batches(owner, log)
-        # on PostgreSQL the claims ahead have a connection of their own (rule 2)
-        claims = rounds_for(args.queue) if backend.is_conninfo(args.queue) else None
-        rounds = BatchRounds(rounds_for(args.queue), batch, in_flight, timeout_ms, announce, claims)
+        rounds = batch_rounds_for(args.queue, batch, in_flight, timeout_ms, announce)
     try:
         report = run_courier(
             args.queue,

@@ -12,14 +12,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
 import pytest
 
 import pgworker
+import worker
 from courier import backend
-from courier.batch_rounds import BatchRounds
+from courier.batch_rounds import BatchRounds, batch_rounds_for
 from courier.delivery import HttpSends
 from courier.pg_rounds import CLOCK_READ_S, PgRounds
 from courier.receiver import Receiver
@@ -153,3 +155,21 @@ def test_the_carried_clock_is_never_later_than_the_servers_and_is_read_once_a_se
         assert len(reads) == 4, "a new connection reads the clock anew"
     finally:
         rounds.close()
+
+
+def test_courier_runs_rounds_make_their_claims_apart_on_postgresql_only(
+    pg_conninfo: str, tmp_path: Path
+) -> None:
+    on_postgres = batch_rounds_for(pg_conninfo, 4, 2, TIMEOUT_MS)
+    queue = tmp_path / "queue.sqlite"
+    worker.open_queue(queue).close()
+    on_file = batch_rounds_for(queue, 4, 2, TIMEOUT_MS)
+    try:
+        assert (
+            isinstance(on_postgres.claims, PgRounds)
+            and on_postgres.claims is not on_postgres.rounds
+        )
+        assert on_file.claims is on_file.rounds  # two writers of one file only wait for each other
+    finally:
+        on_postgres.close()
+        on_file.close()
