@@ -9,6 +9,7 @@ every wait is for a state, and bounded.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -20,14 +21,15 @@ import pytest
 
 import pgworker
 import worker
-from courier import backend
+from courier import attempts, backend, queueview
 from courier.batch_rounds import BatchRounds, batch_rounds_for
 from courier.delivery import HttpSends
 from courier.pg_rounds import CLOCK_READ_S, PgRounds
+from courier.procs import Children, courier_command
 from courier.receiver import Receiver
 from courier.runner import run_courier
 from courier.stop_rules import StopRules
-from tests.processes.test_batches import effects_by_id
+from tests.processes.test_batches import KillSenderAfter, effects_by_id
 
 T = TypeVar("T")
 WAIT_S = 10.0
@@ -173,3 +175,71 @@ def test_courier_runs_rounds_make_their_claims_apart_on_postgresql_only(
     finally:
         on_postgres.close()
         on_file.close()
+
+
+# --- `courier run --batch` as a process on PostgreSQL ------------------------------------
+
+
+def _run_argv(conninfo: str, url: str, owner: str, *options: str) -> list[str]:
+    argv = courier_command("run", conninfo, "--url", url, "--owner", owner, *options)
+    return [*argv, "--max-seconds", str(4 * WAIT_S)]
+
+
+def _rows(conninfo: str) -> dict[str, dict[str, Any]]:
+    return {row["id"]: row for row in queueview.read_queue(conninfo)["jobs"]}
+
+
+def test_a_batched_courier_process_delivers_and_records_each_job_once(
+    tmp_path: Path, pg_conninfo: str, receiver: Receiver, children: Children
+) -> None:
+    """Five batches of 4, each claimed ahead on the second connection (its claimed rows
+    written by the claim's thread) while the one before is finished."""
+    ids = _enqueued(pg_conninfo, 20)
+    log = tmp_path / "c1.log"
+    options = ("--batch", "4", "--in-flight", "2", "--until-drained")
+    courier = children.start(_run_argv(pg_conninfo, receiver.url, "c1", *options), log)
+    assert courier.wait(timeout=4 * WAIT_S + 10) == 0, log.read_text()
+    text = log.read_text()
+    assert "batches of 4 with 2 in flight" in text and "could not record" not in text, text
+    assert {(row["status"], row["token"]) for row in _rows(pg_conninfo).values()} == {("done", 1)}
+    assert effects_by_id(receiver.inbox.path) == dict.fromkeys(ids, 1)
+    for job_id in ids:
+        rows = [(row["outcome"], row["token"]) for row in attempts.attempts_of(pg_conninfo, job_id)]
+        assert rows == [(attempts.CLAIMED, 1), ("ok", 1)], (job_id, rows)
+
+
+def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_leased(
+    tmp_path: Path, pg_conninfo: str, children: Children
+) -> None:
+    """Killed right after the receiver committed its third delivery: the batch in flight
+    and the one claimed ahead stay leased until their leases end (the crash cost, up to
+    twice the batch), then a second courier delivers them again and the inbox absorbs
+    the re-sends."""
+    ids = _enqueued(pg_conninfo, 16)
+    killer = KillSenderAfter(3)
+    options = ("--batch", "4", "--in-flight", "2", "--lease-ms", "3000")
+    with Receiver(tmp_path / "inbox.sqlite", interference=killer) as receiver:
+        log1 = tmp_path / "c1.log"
+        c1 = children.start(_run_argv(pg_conninfo, receiver.url, "c1", *options), log1)
+        killer.pid = c1.pid
+        assert c1.wait(timeout=WAIT_S) == -signal.SIGKILL, log1.read_text()
+        rows = _rows(pg_conninfo)
+        leased = {job_id for job_id, row in rows.items() if row["status"] == "leased"}
+        assert {(rows[j]["owner"], rows[j]["token"]) for j in leased} == {("c1", 1)}
+        assert set(ids[:4]) <= leased, "the batch in flight"
+        assert 4 <= len(leased) <= 8, leased  # this batch, and the one claimed ahead if any
+        applied = effects_by_id(receiver.inbox.path)
+        assert 3 <= len(applied) <= 4 and set(applied) <= leased
+        killer.count = 0  # kills no more
+        log2 = tmp_path / "c2.log"
+        c2 = children.start(
+            _run_argv(pg_conninfo, receiver.url, "c2", *options, "--until-drained"), log2
+        )
+        assert c2.wait(timeout=2 * WAIT_S) == 0, log2.read_text()
+        summary = receiver.inbox.summary()
+    rows = _rows(pg_conninfo)
+    assert {row["status"] for row in rows.values()} == {"done"}
+    assert {rows[j]["token"] for j in leased} == {2}, "taken over once its lease ended"
+    assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
+    by_id = {row["id"]: row for row in summary["rows"]}
+    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"

@@ -124,7 +124,7 @@ def _absorbed(inbox: Path, summary: dict[str, Any], ids: list[str], applied: Any
     assert all(by_id[job_id]["sender"] == "c1" for job_id in applied)
 
 
-class _KillSenderAfter:
+class KillSenderAfter:
     """Kills the courier process ``pid`` (set once it runs) right after the inbox
     committed the ``count``-th delivery, before that delivery's answer."""
 
@@ -134,7 +134,7 @@ class _KillSenderAfter:
         self.seen = 0
         self.lock = threading.Lock()
 
-    def before_apply(self, delivery_id: str, sender: str | None) -> _KillSenderAfter:
+    def before_apply(self, delivery_id: str, sender: str | None) -> KillSenderAfter:
         return self
 
     def refusal(self) -> None:
@@ -156,7 +156,7 @@ def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_
     tmp_path: Path, children: Children
 ) -> None:
     queue, ids = queue_of(tmp_path, 8)
-    killer = _KillSenderAfter(3)
+    killer = KillSenderAfter(3)
     with Receiver(tmp_path / "inbox.sqlite", interference=killer) as receiver:
         options = ("--batch", "8", "--in-flight", "2", "--lease-ms", "2000")
         log1 = tmp_path / "c1.log"
@@ -180,7 +180,7 @@ def test_a_courier_killed_mid_batch_leaves_the_rest_leased_and_another_recovers_
     _absorbed(tmp_path / "inbox.sqlite", summary, ids, applied)
 
 
-class _SignalSenderOnceAhead(_KillSenderAfter):
+class _SignalSenderOnceAhead(KillSenderAfter):
     """Sends ``signum`` to the courier process ``pid`` (set once it runs) right after
     the inbox committed its ``count``-th delivery, before that delivery's answer, once
     the queue file shows ``leased`` jobs leased (the batch claimed ahead among them)."""
