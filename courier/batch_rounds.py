@@ -302,12 +302,18 @@ class BatchRounds:
             current = self._claim(owner, send, jitter, lease_ms)
             if current is None:
                 return []
-        ahead: queue.SimpleQueue[_Batch | Exception | None] = queue.SimpleQueue()
+        ahead: queue.SimpleQueue[_Batch | BaseException | None] = queue.SimpleQueue()
 
         def claim_ahead() -> None:
             try:
                 ahead.put(self._claim(owner, send, jitter, lease_ms, self.claims))
             except Exception as error:  # this batch is finished first, whatever it was
+                ahead.put(error)
+
+        def claim_ahead_apart() -> None:  # on the claims' thread, nothing may go unseen
+            try:
+                claim_ahead()
+            except BaseException as error:  # raised on the round's thread, once finished
                 ahead.put(error)
 
         claiming = not last and self.batch > 1
@@ -316,7 +322,7 @@ class BatchRounds:
         elif claiming:  # on its own connection, while this batch is finished (rule 2)
             if self._claimer is None:
                 self._claimer = _Senders(1, "claim-ahead")
-            self._claimer.run(claim_ahead)
+            self._claimer.run(claim_ahead_apart)
         until = current.started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
 
         def finish_by(waiting: list[_Delivered]) -> float:
@@ -329,6 +335,8 @@ class BatchRounds:
             results = self._finish_in_groups(current.delivered, count, until, finish_by)
         finally:
             claimed = ahead.get() if claiming else None  # back once the claim is
+            if isinstance(claimed, BaseException) and not isinstance(claimed, Exception):
+                raise claimed
             failed_ahead = claimed if isinstance(claimed, Exception) else None
             if isinstance(claimed, _Batch):
                 self._ahead = claimed

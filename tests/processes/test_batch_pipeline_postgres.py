@@ -27,7 +27,7 @@ from courier.delivery import HttpSends
 from courier.pg_rounds import CLOCK_READ_S, PgRounds
 from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import run_courier
+from courier.runner import PartlyDone, run_courier
 from courier.stop_rules import StopRules
 from tests.processes.test_batches import KillSenderAfter, effects_by_id
 
@@ -243,3 +243,71 @@ def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_le
     assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
     by_id = {row["id"]: row for row in summary["rows"]}
     assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
+
+
+class _FailingClaims:
+    """The claims' calls on a connection of their own, each raising ``error`` instead."""
+
+    def __init__(self, conninfo: str, error: BaseException) -> None:
+        self.rounds = PgRounds(conninfo)
+        self.error = error
+
+    def now_ms(self) -> int:
+        return self.rounds.now_ms()
+
+    def call(self, action: Callable[[Any, Any, int], T]) -> T:
+        raise self.error
+
+    def drained(self) -> bool:
+        return self.rounds.drained()
+
+    def close(self) -> None:
+        self.rounds.close()
+
+
+@pytest.mark.parametrize(
+    "error, raised",
+    [
+        (psycopg.OperationalError("the server went away"), None),  # met again next round
+        (ValueError("not a queue call's error"), PartlyDone),
+        (SystemExit(3), SystemExit),
+    ],
+    ids=["transient", "unexpected", "base-exception"],
+)
+def test_a_claim_ahead_that_fails_on_its_own_thread_is_handled_on_the_rounds(
+    pg_conninfo: str, error: BaseException, raised: type[BaseException] | None
+) -> None:
+    """This batch is finished whatever the claim ahead met; a busy or unreachable queue
+    holds nothing for the next round, anything else ends the round as ``PartlyDone``
+    once finished, and what is not an ``Exception`` is raised on the round's thread,
+    never left behind on the claims' (where the round would wait for it forever)."""
+    ids = _enqueued(pg_conninfo, 8)
+    rounds = BatchRounds(
+        PgRounds(pg_conninfo), 4, 2, TIMEOUT_MS, claims=_FailingClaims(pg_conninfo, error)
+    )
+    ended: list[Any] = []
+
+    def one_round() -> None:
+        try:
+            ended.append(rounds.round("c1", lambda event: True, lambda: 0.5, LEASE_MS))
+        except BaseException as got:
+            ended.append(got)
+
+    try:
+        runner = threading.Thread(target=one_round, daemon=True)
+        runner.start()
+        runner.join(WAIT_S)
+        assert not runner.is_alive(), "the round is still waiting for its claim ahead"
+    finally:
+        rounds.close()
+    (outcome,) = ended
+    if raised is None:
+        assert [result["status"] for result in outcome] == ["done"] * 4
+    else:
+        assert type(outcome) is raised, outcome
+    if raised is PartlyDone:
+        assert outcome.error is error
+        assert [result["status"] for result in outcome.results] == ["done"] * 4
+    assert not rounds.holding()
+    rows = _rows(pg_conninfo)
+    assert [rows[job_id]["status"] for job_id in ids] == ["done"] * 4 + ["pending"] * 4
