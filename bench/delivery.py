@@ -298,8 +298,9 @@ def courier_run(
     """What ``courier run QUEUE --batch B --in-flight M`` does for ``seconds``, in this
     process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``), the
     rounds ``courier run`` makes (``batch_rounds_for`` the queue for a batch), the attempt
-    log. Today's courier (``batch`` 1) keeps ``courier run``'s defaults (``LEASE_MS``); a
-    batched one has ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
+    log with its claimed rows as ``courier run`` writes them. Today's courier (``batch``
+    1) keeps ``courier run``'s defaults (``LEASE_MS``); a batched one has
+    ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
     lease_ms, timeout_ms = (
         (LEASE_MS, TIMEOUT_MS) if batch == 1 else (BATCH_LEASE_MS, BATCH_TIMEOUT_MS)
     )
@@ -309,17 +310,22 @@ def courier_run(
         if in_flight == 1
         else HttpSends(url, owner, timeout_ms, in_flight)
     )
-    rounds = (
-        batch_rounds_for(target, batch, in_flight, timeout_ms) if batch > 1 else rounds_for(target)
-    )
     attempts = AttemptLog(target)
+    # As courier run: the claimed rows of a batch at once, before its deliveries; of one
+    # job, as its delivery starts.
+    sending: Any = send
+    if batch > 1:
+        announce = attempts.announcing_batches(owner, _quiet)
+        rounds: Any = batch_rounds_for(target, batch, in_flight, timeout_ms, announce)
+    else:
+        rounds, sending = rounds_for(target), attempts.announcing(send, owner, _quiet)
     rules = StopRules(max_runs=10**7, max_seconds=seconds)
     start = time.monotonic()
     try:
         report = run_courier(
             target,
             owner,
-            send,
+            sending,
             lease_ms=lease_ms,
             stop_rules=rules,
             log=_quiet,
