@@ -177,7 +177,8 @@ class _Started:
 
 
 class _Senders:
-    """``count`` daemon threads that run deliveries handed to them, one at a time each.
+    """``count`` daemon threads, named ``name``, that run the work handed to them (the
+    deliveries, or the claims ahead on a connection of their own), one at a time each.
 
     Daemon threads: a courier stopped at once (a second Ctrl-C) does not wait for
     the deliveries in flight, whose jobs then wait for their leases.
