@@ -361,24 +361,22 @@ _LIVE = """jobs.id = given.id AND jobs.status = 'leased'
     AND jobs.qty = given.qty AND jobs.owner = given.owner AND jobs.token = given.token
     AND jobs.attempts = given.attempt AND jobs.lease_until = given.lease_until
     AND %(now)s < jobs.lease_until AND %(now)s < jobs.deadline"""
+# What a settlement sets, from its verdict (``given``: the settlement's row).
+_SETTLE_SET = f"""
+    status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
+    reason = nullif({_VERDICT}, 'done'),
+    available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
+    owner = NULL, lease_until = NULL"""
 _SETTLE = {
     "many": f"""WITH locked AS (
     SELECT jobs.seq, given.n, given.outcome, given.delay_ms
     FROM jobs, {_SETTLE_FROM["many"]} AND {_LIVE}
     ORDER BY jobs.seq FOR UPDATE OF jobs)
-  UPDATE jobs SET
-    status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
-    reason = nullif({_VERDICT}, 'done'),
-    available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
-    owner = NULL, lease_until = NULL
+  UPDATE jobs SET{_SETTLE_SET}
   FROM locked AS given WHERE jobs.seq = given.seq
   RETURNING given.n, jobs.status""",
     # One row: nothing to order.
-    "one": f"""UPDATE jobs SET
-    status = CASE {_VERDICT} WHEN 'done' THEN 'done' WHEN 'retry' THEN 'pending' ELSE 'dead' END,
-    reason = nullif({_VERDICT}, 'done'),
-    available_at = CASE {_VERDICT} WHEN 'retry' THEN %(now)s + given.delay_ms ELSE %(now)s END,
-    owner = NULL, lease_until = NULL
+    "one": f"""UPDATE jobs SET{_SETTLE_SET}
   FROM {_SETTLE_FROM["one"]} AND {_LIVE}
   RETURNING given.n, jobs.status""",
 }
