@@ -326,10 +326,11 @@ class BatchRounds:
             self._claimer.run(claim_ahead_apart)
         until = current.started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
 
-        def finish_by(waiting: list[_Delivered]) -> float:
-            """When those waiting must be finished, on the monotonic clock (rule 3)."""
-            first = min(done.ticket["lease_until"] for done in waiting)
-            return current.started + float(first - current.claimed_at - lease_ms // 4) / 1000
+        def finish_by(first_lease_until: int) -> float:
+            """When those waiting, whose first lease ends at ``first_lease_until``, must be
+            finished, on the monotonic clock (rule 3)."""
+            first = first_lease_until - current.claimed_at - lease_ms // 4
+            return current.started + float(first) / 1000
 
         count = len(current.tickets)
         try:
@@ -399,12 +400,14 @@ class BatchRounds:
         delivered: queue.SimpleQueue[_Delivered],
         count: int,
         until: float,
-        finish_by: Callable[[list[_Delivered]], float],
+        finish_by: Callable[[int], float],
     ) -> list[dict[str, Any]]:
         """Take the ``count`` deliveries as they come back and finish them in groups
-        (rule 3); ``until`` bounds the wait for all of them."""
+        (rule 3); ``until`` bounds the wait for all of them, and ``finish_by`` says by
+        when a group whose first lease ends at a given time must be finished."""
         results: list[dict[str, Any]] = []
         waiting: list[_Delivered] = []  # back, not finished yet
+        first_lease_until = 0  # the earliest lease among those waiting, if any wait
         unexpected: BaseException | None = None
         failure: Exception | None = None  # of the last finish, whose group still waits
         remaining = count
@@ -416,7 +419,7 @@ class BatchRounds:
             if not remaining:
                 break
             early = bool(waiting) and failure is None
-            bound = min(until, finish_by(waiting)) if early else until
+            bound = min(until, finish_by(first_lease_until)) if early else until
             try:
                 done = delivered.get(timeout=max(0.0, bound - time.monotonic()))
             except queue.Empty:
@@ -440,6 +443,9 @@ class BatchRounds:
                 ticket = done.ticket
                 results.append({"id": ticket["id"], "token": ticket["token"], "status": UNSENT})
             else:
+                lease_until = done.ticket["lease_until"]
+                if not waiting or lease_until < first_lease_until:
+                    first_lease_until = lease_until
                 waiting.append(done)
         for _ in range(LAST_TRIES):  # a lost connection is made again for the next try
             if waiting:

@@ -6,8 +6,10 @@
 are in flight, and this one is finished while the next one's are; ``--max-runs``
 counts rounds exactly and leaves nothing claimed ahead; a stop (the event SIGTERM
 sets) mid-pipeline delivers and finishes the batch held ahead before the courier
-ends. No test asserts a duration: every wait is for a state, and bounded, and a
-wait that runs out fails with what it waited for.
+ends; the deliveries back are finished in one group, or earlier once a lease among them
+has a quarter left, so that a slow delivery does not hold them (rule 3). No test
+asserts a duration: every wait is for a state, and bounded, and a wait that runs out
+fails with what it waited for.
 """
 
 from __future__ import annotations
@@ -203,3 +205,72 @@ def test_the_last_batch_claims_nothing_ahead_once_the_queue_is_empty(
     assert calls.claims == [ids[0:4], ids[4:6], [], []], calls.claims
     assert _statuses(queue) == {"done": 6}
     assert effects_by_id(receiver.inbox.path) == dict.fromkeys(ids, 1)
+
+
+def test_a_slow_delivery_does_not_hold_the_others_past_three_quarters_of_their_lease(
+    tmp_path: Path,
+) -> None:
+    """Rule 3: the deliveries back are finished as one group once the first lease among
+    them has a quarter left, while a slow one is still out; the slow one is finished in a
+    group of its own when it is back. The slow delivery waits (bounded, inside its lease)
+    until it sees the others done in the queue: a round that finished only once the
+    whole batch was back would never let it see that."""
+    queue, ids = queue_of(tmp_path, 3)
+    calls = _Calls(queue)
+    lease_ms = 2000  # the others' group is due 1,500 ms after the claim
+    seen_done: list[bool] = []
+
+    def send(event: dict[str, Any]) -> bool:
+        if event["id"] != ids[0]:
+            return True
+        for _ in range(190):  # up to 1.9 s, inside the slow one's own lease
+            others = [jobs_of(queue)[job_id]["status"] for job_id in ids[1:]]
+            if others == ["done", "done"]:
+                break
+            threading.Event().wait(0.01)
+        seen_done.append(others == ["done", "done"])
+        return True
+
+    rounds = BatchRounds(calls, 3, 3, 100)
+    try:
+        report = run_courier(
+            queue, "c1", send, lease_ms=lease_ms, stop_rules=StopRules(max_runs=1), rounds=rounds
+        )
+    finally:
+        rounds.close()
+    assert seen_done == [True], "the others waited for the slow delivery to be finished"
+    assert calls.finishes == 2
+    assert [r["id"] for r in report.results] == [ids[1], ids[2], ids[0]]
+    assert [r["status"] for r in report.results] == ["done"] * 3
+
+
+def test_deliveries_back_well_inside_their_leases_are_finished_in_one_group(
+    tmp_path: Path,
+) -> None:
+    """Rule 3's other half: while no lease is near its last quarter, the round waits for
+    the whole batch and finishes it with one ``finish_many`` (one commit), however far
+    apart the deliveries come back."""
+    queue, ids = queue_of(tmp_path, 3)
+    calls = _Calls(queue)
+    back: list[str] = []
+    turn = threading.Condition()
+
+    def send(event: dict[str, Any]) -> bool:
+        with turn:  # each comes back after the one before it, 50 ms later
+            turn.wait_for(lambda: back == ids[: ids.index(event["id"])], timeout=WAIT_S)
+        threading.Event().wait(0.05)
+        with turn:
+            back.append(event["id"])
+            turn.notify_all()
+        return True
+
+    rounds = BatchRounds(calls, 3, 3, TIMEOUT_MS)
+    try:
+        report = run_courier(
+            queue, "c1", send, lease_ms=LEASE_MS, stop_rules=StopRules(max_runs=1), rounds=rounds
+        )
+    finally:
+        rounds.close()
+    assert back == ids
+    assert calls.finishes == 1
+    assert [r["status"] for r in report.results] == ["done"] * 3
