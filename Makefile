@@ -47,13 +47,14 @@ fuzz: $(STAMP)
 	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel, parallel-postgres, parallel-real or exhaustive"; exit 2; }
 	$(PY) -m $(FUZZ_MODULE_$(MODE))
 
-## bench: the performance benchmark (about 6 min; never on tmpfs), see docs/performance.md
+## bench: the performance benchmark (about 9 min; never on tmpfs), see docs/performance.md; then the change feed's cost (docs/conform.json)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench.perf --json docs/performance.json --page docs/performance.md
+	$(PY) -m bench.conform --json docs/conform.json
 
 ## bench-postgres: PostgreSQL beside SQLite on the same disk (a few minutes), rendered into docs/postgres.md
 bench-postgres: $(STAMP)
