@@ -4,7 +4,10 @@ transaction committed since is one step of the model (``courier.conform``).
 ``courier conform QUEUE`` reads the whole feed and exits 1 if any transaction is
 unexplained; ``--follow`` keeps reading what commits next until Ctrl-C or SIGTERM (or
 ``--max-seconds``), printing each unexplained transaction as it is found and a progress
-line with how far behind the commits the check runs (its lag).
+line with how far behind the commits the check runs (its lag). A queue lost while it
+follows (a server restarting, a connection cut: ``courier.transient``) is said once and
+tried again at every interval; once it is back, the feed is read on from where it
+stopped, so nothing committed meanwhile goes unchecked.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from courier.commands.options import (
 )
 from courier.commands.output import EXIT_ERROR, EXIT_OK, out, print_json
 from courier.stop_signal import StopSignal, pause, stop_on_signals
+from courier.transient import is_transient
 
 __all__ = ["cmd_conform", "conform_options", "install_feed", "uninstall_feed"]
 
@@ -180,11 +184,24 @@ def _follow(args: argparse.Namespace, shown: str, feed: Any, checker: Any, stop:
     lag_max = 0
     limit_s = args.max_seconds
     iterations = int((limit_s if limit_s is not None else 10**9) / args.interval) + 2
+    lost_at: float | None = None  # when the queue was lost, while it is
     for _ in range(iterations):
         if stop.is_set() or (limit_s is not None and time.monotonic() - started >= limit_s):
             break
         pause(args.interval, stop)
-        blocks = feed.poll()
+        try:
+            blocks = feed.poll()
+        except Exception as error:  # a restart or a cut: try again at the next interval
+            if not is_transient(error):
+                raise
+            feed.drop()
+            if lost_at is None:
+                lost_at = time.monotonic()
+                _lost(args, error)
+            continue
+        if lost_at is not None:
+            _back(args, time.monotonic() - lost_at)
+            lost_at = None
         lags = _check_blocks(args, checker, blocks)
         window += lags
         lag_max = max([lag_max, *lags])
@@ -203,6 +220,24 @@ def _follow(args: argparse.Namespace, shown: str, feed: Any, checker: Any, stop:
             out(line)
         out(f"  lag (clock at the write to checked): at most {lag_max} ms")
     return EXIT_ERROR if checker.unexplained else EXIT_OK
+
+
+def _lost(args: argparse.Namespace, error: Exception) -> None:
+    """Say once that the queue was lost: --follow reads on once it is back."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if args.json:
+        print_json({"event": "lost", "error": text, "at_ms": clock_ms()})
+    else:
+        out(f"lost the queue ({text}); trying again every {args.interval} s")
+
+
+def _back(args: argparse.Namespace, lost_s: float) -> None:
+    """Say that the queue is back, and after how long; nothing committed meanwhile is
+    skipped (the feed is read on from where it stopped)."""
+    if args.json:
+        print_json({"event": "back", "lost_s": round(lost_s, 3), "at_ms": clock_ms()})
+    else:
+        out(f"the queue is back after {lost_s:.1f} s; reading on from where the feed stopped")
 
 
 def _progress(args: argparse.Namespace, checker: Any, window: list[int], lag_max: int) -> None:

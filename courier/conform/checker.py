@@ -20,6 +20,7 @@ block by block in the order the checker replays them.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -291,22 +292,45 @@ class Feed:
     """A queue's feed, read from its start and then polled for what commits next.
 
     ``start()`` returns the ``Checker`` (its tables as they were when the feed began)
-    and the blocks committed so far; ``poll()`` the blocks committed since.
+    and the blocks committed so far; ``poll()`` the blocks committed since. What has
+    been read is kept here, not in the connection: after a connection is lost
+    (``drop``), the next ``poll`` opens a new one and reads on from the same place.
     """
 
     def __init__(self, target: backend.Target, rules: Rules) -> None:
         self.target = target
         self.rules = rules
         self.postgres = backend.is_conninfo(target)
-        self.con = backend.connect_existing(target)
-        if not self.postgres:
-            self.con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
+        self._con: Any = None
         self.position = 0
         self.cursor = postgres_feed.Cursor()  # PostgreSQL: what has been read
         self.images = Images()  # each row as its last event read left it
+        self._connect()
+
+    @property
+    def con(self) -> Any:
+        """The feed's connection, opened again if it was dropped."""
+        return self._con if self._con is not None else self._connect()
+
+    def _connect(self) -> Any:
+        con = backend.connect_existing(self.target)
+        if not self.postgres:
+            con.execute(sqlite_feed.READER_BUSY_TIMEOUT)  # it waits itself
+        self._con = con
+        return con
+
+    def drop(self) -> None:
+        """Let go of a connection that was lost (a server restart, a cut): the next
+        ``poll`` reads on with a new one."""
+        con, self._con = self._con, None
+        if con is not None:
+            with contextlib.suppress(Exception):  # already broken: nothing to close cleanly
+                con.close()
 
     def close(self) -> None:
-        self.con.close()
+        if self._con is not None:
+            self._con.close()
+            self._con = None
 
     def start(self) -> tuple[Checker, list[Block]]:
         """The checker, with the tables when the feed began, and every block since.

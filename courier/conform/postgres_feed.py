@@ -398,13 +398,21 @@ def _statements(events: list[Event]) -> tuple[tuple[Event, ...], ...]:
     return tuple(tuple(s) for s in statements)
 
 
-def _read(con: Any, cursor: Cursor) -> list[Block]:
-    """In the open REPEATABLE READ transaction: the transactions committed since
-    ``cursor`` last read, and the cursor moved past them."""
+def _read(con: Any, cursor: Cursor) -> tuple[list[tuple[Any, ...]], int, int]:
+    """In the open REPEATABLE READ transaction: the event rows committed since ``cursor``
+    last read, and the oldest open transaction and next transaction id of its snapshot.
+    The cursor moves only once the transaction has ended (``_blocks``): a connection lost
+    at its ``COMMIT`` leaves it where it was, so the next read takes those rows again."""
     xmin, xmax = con.execute(_SELECT_HORIZON).fetchone()
     rows = con.execute(
         _SELECT_EVENTS, {"top": cursor.top, "missing": sorted(cursor.missing)}
     ).fetchall()
+    return rows, xmin, xmax
+
+
+def _blocks(cursor: Cursor, read: tuple[list[tuple[Any, ...]], int, int]) -> list[Block]:
+    """The rows ``_read`` returned as blocks, the cursor moved past them."""
+    rows, xmin, xmax = read
     cursor.advance((row[0] for row in rows), xmin, xmax)
     return blocks_from_rows(rows)
 
@@ -413,9 +421,10 @@ def read_blocks(con: Any, cursor: Cursor) -> list[Block]:
     """The transactions committed since ``cursor`` last read (see ``blocks_from_rows``)."""
     con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
-        return _read(con, cursor)
+        read = _read(con, cursor)
     finally:
         con.execute("COMMIT")
+    return _blocks(cursor, read)
 
 
 def snapshot(con: Any, cursor: Cursor) -> tuple[list[Event], list[Block]]:
@@ -430,9 +439,10 @@ def snapshot(con: Any, cursor: Cursor) -> tuple[list[Event], list[Block]]:
     try:
         if not installed(con):
             raise NotInstalled("no change feed on this queue: run courier conform --install first")
-        blocks = _read(con, cursor)
+        read = _read(con, cursor)
     finally:
         con.execute("COMMIT")
+    blocks = _blocks(cursor, read)
     if blocks and all(event.op == BASELINE for event in blocks[0].events):
         return blocks[0].events, blocks[1:]
     return [], blocks

@@ -7,9 +7,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import psycopg
 import pytest
 
+import pgworker
 import worker
+from courier import backend
 from courier.cli import EXIT_ERROR, EXIT_OK, EXIT_USAGE, main
 from courier.clock import clock_ms
 from courier.procs import courier_command, project_root
@@ -79,6 +82,53 @@ def test_follow_checks_what_commits_next(tmp_path: Path) -> None:
                 child.wait(FOLLOW_TIMEOUT_S)
     unexplained = [e for e in events if e["event"] == "unexplained"]
     assert unexplained and unexplained[0]["changes"][0]["after"]["qty"] == 2
+    summary = rest[-1]
+    assert summary["event"] == "summary"
+    assert (summary["transactions"], summary["unexplained"]) == (2, 1)
+
+
+def test_follow_reads_on_after_its_connection_is_cut(pg_conninfo: str) -> None:
+    """A follower on PostgreSQL whose server process is terminated (as a restart or a
+    failover would end it) says once that it lost the queue, connects again, and checks
+    what committed meanwhile: nothing is skipped, nothing is checked twice."""
+    pgworker.open_queue(pg_conninfo).close()
+    assert main(["conform", pg_conninfo, "--install", "--json"]) == EXIT_OK
+    command = courier_command("conform", pg_conninfo, "--follow", "--json", "--interval", "0.05")
+    with subprocess.Popen(
+        [*command, "--max-seconds", "30"],
+        cwd=project_root(),
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            assert json.loads(child.stdout.readline())["event"] == "progress"  # it has read
+            with psycopg.connect(pg_conninfo, autocommit=True) as admin:
+                cut = admin.execute(
+                    """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                    WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+                ).fetchone()
+                assert cut == (1,)  # the follower's own
+            con = pgworker.open_queue(pg_conninfo)
+            now = backend.server_clock_ms(con) - 1000
+            pgworker.enqueue(con, {"id": "a", "qty": 1}, now, 60_000)
+            con.execute("UPDATE jobs SET qty = 2 WHERE id = 'a'")
+            con.close()
+            events = []
+            for line in child.stdout:  # bounded by --max-seconds
+                events.append(json.loads(line))
+                if events[-1]["event"] == "unexplained":
+                    break
+            child.terminate()
+            rest = [json.loads(line) for line in child.stdout]
+            assert child.wait(FOLLOW_TIMEOUT_S) == EXIT_ERROR
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(FOLLOW_TIMEOUT_S)
+    kinds = [e["event"] for e in events if e["event"] != "progress"]
+    assert kinds == ["lost", "back", "unexplained"], events
+    assert events[-1]["changes"][0]["after"]["qty"] == 2
     summary = rest[-1]
     assert summary["event"] == "summary"
     assert (summary["transactions"], summary["unexplained"]) == (2, 1)

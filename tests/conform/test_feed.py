@@ -19,7 +19,7 @@ import pytest
 
 import worker
 from courier.commands.conform import install_feed, uninstall_feed
-from courier.conform import sqlite_feed
+from courier.conform import postgres_feed, sqlite_feed
 from courier.conform.checker import Feed, check_all, rules_for
 from courier.conform.feed import Event, Images, NotInstalled
 from courier.conform.postgres_feed import Cursor
@@ -233,6 +233,42 @@ def test_a_postgres_statement_is_one_event_row_read_back_as_one_event_per_row(
         ]
     finally:
         fed.close()
+
+
+def test_a_read_cut_at_its_commit_leaves_the_cursor_where_it_was(
+    tmp_path: Path, pg_conninfo: str
+) -> None:
+    """A reader whose connection is lost at the ``COMMIT`` of its read (its server process
+    terminated just before) has not moved its cursor: the next read, on a new
+    connection, returns the same transactions, so a follower that reconnects skips
+    nothing."""
+    fed = open_fed("postgres", tmp_path, pg_conninfo)
+    now = fed.now() - 1000
+    fed.module.enqueue(fed.con, {"id": "a", "qty": 1}, now, 60_000)
+    fed.close()
+    reader = psycopg.connect(pg_conninfo, autocommit=True)
+
+    class CutAtCommit:
+        """The reader's connection, its server process terminated before ``COMMIT``."""
+
+        def execute(self, statement: str, params: Any = None) -> Any:
+            if statement == "COMMIT":
+                with psycopg.connect(pg_conninfo, autocommit=True) as admin:
+                    pid = reader.info.backend_pid
+                    admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+            return reader.execute(statement, params)
+
+    cursor = Cursor()
+    try:
+        with pytest.raises(psycopg.OperationalError):
+            postgres_feed.read_blocks(CutAtCommit(), cursor)
+    finally:
+        reader.close()
+    assert (cursor.top, cursor.missing) == (0, set())
+    with psycopg.connect(pg_conninfo, autocommit=True) as again:
+        blocks = postgres_feed.read_blocks(again, cursor)
+    assert [[e.after[1] for e in b.events if e.after] for b in blocks] == [["a"]]
+    assert cursor.top > 0
 
 
 def test_rows_from_before_the_feed_start_from_their_baseline_events(fed: Fed) -> None:
