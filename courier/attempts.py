@@ -31,8 +31,10 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
    written in one transaction (``record_many``), and a courier that cannot write
    it logs a line and goes on delivering. A queue with no log yet reads as one
    with no attempts.
-4. The log is created by the first courier that writes to it; readers never
-   create it.
+4. The log is created by the first courier that writes to it, only if it is
+   missing; on PostgreSQL ``courier init`` creates it too, as the queue's owner,
+   so that couriers whose role may only insert into it write it
+   (docs/postgres.md, roles). Readers never create it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "attempts_of",
     "cause_text",
     "count_dead",
+    "create_log",
     "dead_causes",
     "dead_ids",
     "history",
@@ -92,6 +95,11 @@ _PG_SCHEMA = (
   seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, {_COLUMNS_DDL})""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_by_id ON {TABLE} (id, seq)",
 )
+# Whether the log's table is in the current schema: a courier whose role may only
+# insert into it (docs/postgres.md, roles) must not run CREATE ... IF NOT EXISTS,
+# which PostgreSQL refuses without the schema's CREATE privilege even when the table is
+# there.
+_PG_HAS_LOG = f"""SELECT to_regclass(quote_ident(current_schema()) || '.{TABLE}') IS NOT NULL"""
 # The log's own session commits without waiting for the WAL flush, as the sidecar's
 # synchronous=NORMAL does (rule 3); the queue's connection keeps the server's setting.
 _PG_BEST_EFFORT = "SET synchronous_commit = off"
@@ -236,6 +244,18 @@ def sidecar_path(queue: Target) -> Path:
     return path.with_name(path.name + ".attempts")
 
 
+def create_log(con: Any) -> bool:
+    """Create the attempt log's table and index in the PostgreSQL connection's current
+    schema if the table is missing (``courier init`` does it as the queue's owner, so
+    that couriers need only insert into it); ``False`` if it was there."""
+    (there,) = con.execute(_PG_HAS_LOG).fetchone()
+    if there:
+        return False
+    for statement in _PG_SCHEMA:
+        con.execute(statement)
+    return True
+
+
 class AttemptLog:
     """The writer of one queue's attempt log (an ``AttemptSink``).
 
@@ -253,9 +273,12 @@ class AttemptLog:
             return self._con
         if backend.is_conninfo(self.queue):
             con = backend.connect_existing(self.queue)
-            con.execute(_PG_BEST_EFFORT)
-            for statement in _PG_SCHEMA:
-                con.execute(statement)
+            try:
+                con.execute(_PG_BEST_EFFORT)
+                create_log(con)
+            except BaseException:
+                con.close()
+                raise
         else:
             con = sqlite3.connect(sidecar_path(self.queue), timeout=1, isolation_level=None)
             con.execute("PRAGMA journal_mode=WAL")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import worker
-from courier import backend, bulk, queueview
+from courier import attempts, backend, bulk, queueview
 from courier.backend import Target
 from courier.commands.connection import known_status, now_ms, open_existing_queue, with_queue
 from courier.commands.options import (
@@ -62,6 +62,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if backend.is_conninfo(target):
         con = backend.open_queue(target)
         try:
+            attempts.create_log(con)  # as the owner: couriers need only insert into it
             jobs = sum(queueview.status_counts(con).values())
         finally:
             con.close()
