@@ -32,9 +32,12 @@ A number below the last one read and not yet seen belongs to a transaction still
 one that rolled back. The reader notes the server's next transaction id when it first sees
 the gap; once every transaction below that id has ended (the oldest open transaction of a
 later read's snapshot is at or past it) and the number is still missing, it was rolled
-back, and the reader goes past it (``Cursor``). The trigger functions run with the search
-path of the installation (``SET search_path FROM CURRENT``), so a writer whose own search
-path names another schema still records into this queue's feed. ``uninstall`` drops all
+back, and the reader goes past it (``Cursor``). The trigger functions run with the rights
+of the role that installed the feed (``SECURITY DEFINER``), so a writer whose role may only
+make its own calls (docs/postgres.md, roles) needs no grant on ``conform_events``, and with
+the search path of the installation (``SET search_path FROM CURRENT``, which also keeps a
+writer's search path from redirecting them), so a writer whose own search path names
+another schema still records into this queue's feed. ``uninstall`` drops all
 of it again (an earlier version's feed too); the contract's tables and rows are not
 touched.
 
@@ -119,7 +122,7 @@ def _record(table: str) -> str:
 
     new = list(COLUMNS[table])
     return f"""CREATE FUNCTION conform_{table}() RETURNS trigger LANGUAGE plpgsql
-  SET search_path FROM CURRENT AS $$
+  SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
   txn bigint := pg_current_xact_id_if_assigned()::text::bigint;
   at bigint := {_CLOCK};

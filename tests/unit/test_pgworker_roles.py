@@ -130,3 +130,14 @@ def test_a_call_outside_a_roles_grants_is_refused_and_changes_nothing(
     finally:
         courier.close()
     assert _statuses(pg_conninfo) == before
+
+
+def test_the_roles_calls_are_recorded_by_the_change_feed(
+    pg_conninfo: str, roles: dict[str, str]
+) -> None:
+    """With ``courier conform --install`` run by the owner, the roles make the same calls
+    unchanged (the feed's triggers write its events with the owner's rights, not the
+    caller's), and the check explains every one of them."""
+    assert main(["conform", pg_conninfo, "--install"]) == EXIT_OK
+    test_each_role_makes_its_own_calls(pg_conninfo, roles)
+    assert main(["conform", pg_conninfo, "--json"]) == EXIT_OK
