@@ -106,18 +106,31 @@ _PG_BEST_EFFORT = "SET synchronous_commit = off"
 _INSERT = f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-# A round's rows on PostgreSQL: one statement of a constant text (one round trip, no
-# transaction of its own to begin and commit), its rows in the order given, passed as
-# one JSON array of rows (measured for 64 rows: 1.1 ms, where a pipeline of 64 INSERTs
-# in a transaction took 1.4 ms, one INSERT of 64 VALUES rows 2.5 ms, and a column an
-# array 1.5 ms, much of it psycopg's dumping of the arrays in Python).
-_INSERT_MANY_PG = f"""INSERT INTO {TABLE}
+# A round's rows: one statement of a constant text (one round trip, no transaction of
+# its own to begin and commit), its rows in the order given, passed as one JSON array of
+# rows. On PostgreSQL, measured for 64 rows: 1.1 ms, where a pipeline of 64 INSERTs in
+# a transaction took 1.4 ms, one INSERT of 64 VALUES rows 2.5 ms, and a column an array
+# 1.5 ms, much of it psycopg's dumping of the arrays in Python. On a file, Python's
+# sqlite3 lets go of the GIL at each statement of an executemany, and a courier's
+# delivery thread holds it about 20 us before it gives it back: one statement spares a
+# batch of 64 that wait 64 times (docs/dev/2026-12-05-statements-of-a-batch.md).
+_INSERT_MANY = {
+    "sqlite": f"""INSERT INTO {TABLE}
+  (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
+  SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'),
+         json_extract(value, '$[2]'), json_extract(value, '$[3]'),
+         json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+         json_extract(value, '$[6]'), json_extract(value, '$[7]'),
+         json_extract(value, '$[8]')
+  FROM json_each(:rows) ORDER BY key""",
+    "postgres": f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   SELECT given.row ->> 0, CAST(given.row ->> 1 AS bigint), given.row ->> 2,
          CAST(given.row ->> 3 AS bigint), given.row ->> 4, given.row ->> 5, given.row ->> 6,
          CAST(given.row ->> 7 AS integer), given.row ->> 8
-  FROM json_array_elements(CAST(? AS json)) WITH ORDINALITY AS given (row, n)
-  ORDER BY given.n"""
+  FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS given (row, n)
+  ORDER BY given.n""",
+}
 CLAIMED = "claimed"  # the outcome of a row written as a delivery starts
 # The claimed row: the token is the one of the lease the courier holds on the job (the
 # courier's claim committed just before), the time the queue's time base.
@@ -131,12 +144,14 @@ _INSERT_CLAIMED = {
           :owner, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT),
           '{CLAIMED}', 'leased')""",
 }
-# A batch's claimed rows, their tokens from the batch's tickets. On PostgreSQL one
-# statement, as _INSERT_MANY_PG (64 rows in 0.6 ms where a pipeline of 64 INSERTs in a
+# A batch's claimed rows, their tokens from the batch's tickets: one statement, as
+# _INSERT_MANY (on PostgreSQL 64 rows in 0.6 ms where a pipeline of 64 INSERTs in a
 # transaction took 1.6 ms).
 _INSERT_CLAIMED_MANY = {
     "sqlite": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
-  VALUES (?, ?, ?, ?, '{CLAIMED}', 'leased')""",
+  SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :owner, :now,
+         '{CLAIMED}', 'leased'
+  FROM json_each(:claims) ORDER BY key""",
     "postgres": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
   SELECT given.row ->> 0, CAST(given.row ->> 1 AS bigint), :owner,
          CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT), '{CLAIMED}', 'leased'
@@ -306,22 +321,11 @@ class AttemptLog:
         rule 2)."""
         if not claims:
             return
+        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
+        params = {"claims": json.dumps(claims), "owner": owner, "now": clock_ms()}
         con = self._connection()
         try:
-            if backend.is_conninfo(self.queue):
-                rows = json.dumps(claims)
-                sql = _INSERT_CLAIMED_MANY["postgres"]
-                backend.qmark(con).execute(sql, {"claims": rows, "owner": owner})
-            else:
-                now = clock_ms()
-                params = [(job_id, token, owner, now) for job_id, token in claims]
-                con.execute("BEGIN")
-                try:
-                    con.executemany(_INSERT_CLAIMED_MANY["sqlite"], params)
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.rollback()
-                    raise
+            backend.qmark(con).execute(_INSERT_CLAIMED_MANY[kind], params)
         except Exception:
             self.close()
             raise
@@ -365,20 +369,13 @@ class AttemptLog:
         rows = [_row(attempt) for attempt in attempts]
         if not rows:
             return
+        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
         con = self._connection()
         try:
             if len(rows) == 1:
                 backend.qmark(con).execute(_INSERT, rows[0])
-            elif backend.is_conninfo(self.queue):
-                backend.qmark(con).execute(_INSERT_MANY_PG, (json.dumps(rows),))
             else:
-                con.execute("BEGIN")
-                try:
-                    con.executemany(_INSERT, rows)
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.rollback()
-                    raise
+                backend.qmark(con).execute(_INSERT_MANY[kind], {"rows": json.dumps(rows)})
         except Exception:
             self.close()  # a lost connection is made again on the next record
             raise
