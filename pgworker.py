@@ -125,6 +125,7 @@ from worker import (
     _enqueue_many_args,
     _finish_args,
     _finish_many_args,
+    _first_of_each_ticket,
     _Hooks,
     _redrive_args,
     _reject,
@@ -695,15 +696,9 @@ def _settle(
     now_ms: int,
     fault: Fault | None,
 ) -> list[str | bool]:
-    """Apply each outcome to its job if its ticket is live, in one ``UPDATE``.
-
-    Only one ticket can match a row in full, and only once: a ticket given again
-    later in the list is not sent (it finds its job settled: ``False``).
-    """
-    firsts: dict[tuple[Any, ...], int] = {}
-    for n, (ticket, _, _) in enumerate(settlements):
-        firsts.setdefault(tuple(ticket[key] for key in TICKET_KEYS), n)
-    sent = sorted(firsts.values())
+    """Apply each outcome to its job if its ticket is live, in one ``UPDATE``: only the
+    first settlement of each ticket is sent (worker.py's ``_first_of_each_ticket``)."""
+    sent = _first_of_each_ticket(settlements)
     size = "one" if len(sent) == 1 else "many"
     fields = {key: [settlements[n][0][key] for n in sent] for key in TICKET_KEYS}
     fields |= {"n": sent, "outcome": [settlements[n][1] for n in sent]}

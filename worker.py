@@ -26,7 +26,9 @@ executable specification is the ``model`` package. The rules this module keeps:
    (id, qty).
 7. Beyond the contract, ``enqueue_many``, ``claim_many`` and ``finish_many``
    are the single calls applied in order inside one transaction (one commit
-   for a whole batch; ``docs/batches.md``). Partial indexes over the live rows
+   and a few statements for a whole batch, its rows passed as JSON; SQLite
+   3.33.0 or later with the JSON functions, checked by ``_require_sqlite``;
+   ``docs/batches.md``). Partial indexes over the live rows
    (``INDEXES``, created by ``open_queue``) keep a claim's cost flat however
    long the done/dead history grows.
 """
@@ -35,6 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import json
 import math
 import os
 import re
@@ -214,20 +218,49 @@ _LEASED_HEAD = """SELECT seq, id, qty, attempts, token, deadline FROM jobs
   WHERE status = 'leased' AND +lease_until <= :now ORDER BY seq LIMIT :limit"""
 _QUEUE_HEADS = (_FRESH_HEAD, _RETRIED_HEAD, _LEASED_HEAD)
 
+
+# A batch's rows travel as one JSON array, both ways: a read answers one row holding
+# all of them, and a write takes all of them as one parameter, so that a batch of any
+# size is one statement. Python's sqlite3 lets go of the GIL at each statement and each
+# row it steps through, and in a process whose other threads are busy (a courier's
+# deliveries) it waits for the GIL again at each one: a claim_many or finish_many of 64
+# once waited more than 100 times (docs/dev/2026-12-05-statements-of-a-batch.md).
+# Needs SQLite's JSON functions and UPDATE ... FROM (_SQLITE_NEEDED).
+_HEAD_COLUMNS = "seq, id, qty, attempts, token, deadline"
+_QUEUE_HEADS_AS_JSON = {
+    head: f"SELECT json_group_array(json_array({_HEAD_COLUMNS})) FROM ({head})"
+    for head in _QUEUE_HEADS
+}
+
+# Each lease: [seq, attempts, token, lease_until], the values of its ticket (_new_ticket).
 _LEASE = """UPDATE jobs
-  SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL
-  WHERE seq = ?"""
+  SET status = 'leased', attempts = json_extract(lease.value, '$[1]'),
+      token = json_extract(lease.value, '$[2]'), owner = :owner,
+      lease_until = json_extract(lease.value, '$[3]'), reason = NULL
+  FROM json_each(:leases) AS lease WHERE jobs.seq = json_extract(lease.value, '$[0]')"""
 
 # A ticket is live only if it matches the row in full and neither the lease nor
 # the job's deadline has passed: the same owner may be an older run of itself.
-_SELECT_LIVE_LEASE = """SELECT seq, attempts, max_attempts, deadline FROM jobs
-  WHERE id = ? AND status = 'leased'
-    AND qty = ? AND owner = ? AND token = ? AND attempts = ? AND lease_until = ?
-    AND ? < lease_until AND ? < deadline"""
+# Each ticket: [n, id, qty, owner, token, attempt, lease_until], n its place in the
+# batch; the answer: [n, seq, attempts, max_attempts, deadline] of each live one.
+_SELECT_LIVE_LEASES = """SELECT json_group_array(json_array(n, seq, attempts, max_attempts,
+    deadline)) FROM (
+  SELECT json_extract(ticket.value, '$[0]') AS n, seq, attempts, max_attempts, deadline
+  FROM json_each(:tickets) AS ticket
+  JOIN jobs ON jobs.id = json_extract(ticket.value, '$[1]')
+  WHERE status = 'leased' AND qty = json_extract(ticket.value, '$[2]')
+    AND owner = json_extract(ticket.value, '$[3]')
+    AND token = json_extract(ticket.value, '$[4]')
+    AND attempts = json_extract(ticket.value, '$[5]')
+    AND lease_until = json_extract(ticket.value, '$[6]')
+    AND :now < lease_until AND :now < deadline)"""
 
+# Each verdict: [seq, status, reason, available_at] (_settlement's).
 _SETTLE = """UPDATE jobs
-  SET status = ?, reason = ?, available_at = ?, owner = NULL, lease_until = NULL
-  WHERE seq = ?"""
+  SET status = json_extract(verdict.value, '$[1]'),
+      reason = json_extract(verdict.value, '$[2]'),
+      available_at = json_extract(verdict.value, '$[3]'), owner = NULL, lease_until = NULL
+  FROM json_each(:verdicts) AS verdict WHERE jobs.seq = json_extract(verdict.value, '$[0]')"""
 
 _SELECT_STATUS_TOKEN = "SELECT seq, status, token FROM jobs WHERE id = ?"
 
@@ -365,7 +398,39 @@ def _idle_connection(con: object) -> sqlite3.Connection:
         raise _reject("con", "a sqlite3.Connection", con)
     if con.in_transaction:
         raise ValueError("'con' has an open transaction; finish it before calling the queue")
+    _require_sqlite()
     return con
+
+
+# What the statements of a batch need of SQLite (see _QUEUE_HEADS_AS_JSON): UPDATE ...
+# FROM from 3.33.0 on, and the JSON functions, built in from 3.38.0 on and before that in
+# most builds (Python's own and the Linux distributions').
+_SQLITE_NEEDED = (3, 33, 0)
+
+
+def _require_sqlite() -> None:
+    """Raise ``RuntimeError`` naming what is missing if this Python's SQLite cannot run
+    the queue's statements (``_SQLITE_NEEDED`` and the JSON functions)."""
+    problem = _sqlite_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
+
+
+@functools.cache
+def _sqlite_problem() -> str | None:
+    """What this Python's SQLite lacks for the queue, or ``None``; asked once."""
+    if sqlite3.sqlite_version_info < _SQLITE_NEEDED:
+        needed = ".".join(map(str, _SQLITE_NEEDED))
+        return f"worker.py needs SQLite {needed} or later; this Python has {sqlite3.sqlite_version}"
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("SELECT json_array(1)").fetchone()
+    except sqlite3.OperationalError:
+        version = sqlite3.sqlite_version
+        return f"worker.py needs SQLite's JSON functions; this Python's SQLite {version} lacks them"
+    finally:
+        probe.close()
+    return None
 
 
 def _path(path: object) -> str:
@@ -555,10 +620,13 @@ def open_queue(path: str | os.PathLike[str]) -> sqlite3.Connection:
     ``journal_mode=DELETE`` and ``synchronous=FULL``. The ``jobs`` and
     ``redrives`` tables are created in one transaction only if missing;
     existing rows are kept. Raises ``ValueError`` for a path that is not a str
-    or PathLike, or that names an in-memory database (``""``, ``":memory:"``).
+    or PathLike, or that names an in-memory database (``""``, ``":memory:"``), and
+    ``RuntimeError`` if this Python's SQLite is older than 3.33.0 or
+    lacks the JSON functions (nothing is created).
     If initialisation fails the connection is closed and the error propagates.
     """
     name = _queue_path(path)
+    _require_sqlite()
     con = sqlite3.connect(name, timeout=1, isolation_level=None)
     try:
         con.execute("PRAGMA journal_mode=DELETE").fetchall()
@@ -707,12 +775,9 @@ def claim_many(
     """
     con = _idle_connection(con)
     owner, now_ms, limit, lease_ms, fault = _claim_many_args(owner, now_ms, limit, lease_ms, fault)
-    tickets: list[dict[str, Any]] = []
     with _write_transaction(con, fault) as hooks:
         _quarantine(con, now_ms)
-        for job in _claimable(con, now_ms, limit):
-            ticket = _lease(con, owner, now_ms, lease_ms, job)
-            tickets.append(ticket)
+        tickets = _lease_all(con, owner, now_ms, lease_ms, _claimable(con, now_ms, limit))
         if tickets:
             hooks.reached("after-claim")
     return tickets
@@ -752,7 +817,8 @@ def _claimable(con: sqlite3.Connection, now_ms: int, limit: int) -> list[tuple[A
     rows: list[tuple[Any, ...]] = []
     for head in _QUEUE_HEADS:
         if due[head]:
-            rows += cursor.execute(head, arguments).fetchall()
+            (found,) = cursor.execute(_QUEUE_HEADS_AS_JSON[head], arguments).fetchone()
+            rows += map(tuple, json.loads(found))
     cursor.close()
     rows.sort()  # by seq, which is unique: no two rows compare further
     return rows[:limit]
@@ -763,8 +829,30 @@ def _lease(
 ) -> dict[str, Any]:
     """Step 3 of a claim: lease the claimable ``job`` (a row of ``_claimable``) to
     ``owner``; its ticket."""
-    seq, job_id, qty, attempts, token, deadline = job
-    ticket = {
+    (ticket,) = _lease_all(con, owner, now_ms, lease_ms, [job])
+    return ticket
+
+
+def _lease_all(
+    con: sqlite3.Connection, owner: str, now_ms: int, lease_ms: int, jobs: list[tuple[Any, ...]]
+) -> list[dict[str, Any]]:
+    """Step 3 of a claim for each of the claimable ``jobs`` (rows of ``_claimable``), in
+    one statement: lease them to ``owner``; their tickets, in the order of ``jobs``."""
+    tickets = [_new_ticket(owner, now_ms, lease_ms, job) for job in jobs]
+    if tickets:
+        leases = [
+            [job[0], ticket["attempt"], ticket["token"], ticket["lease_until"]]
+            for job, ticket in zip(jobs, tickets, strict=True)
+        ]
+        con.execute(_LEASE, {"owner": owner, "leases": json.dumps(leases)})
+    return tickets
+
+
+def _new_ticket(owner: str, now_ms: int, lease_ms: int, job: tuple[Any, ...]) -> dict[str, Any]:
+    """The ticket a lease of the claimable ``job`` gives ``owner``: the next token and
+    attempt, the lease cut at the job's deadline."""
+    _, job_id, qty, attempts, token, deadline = job
+    return {
         "id": job_id,
         "qty": qty,
         "owner": owner,
@@ -772,8 +860,6 @@ def _lease(
         "attempt": attempts + 1,
         "lease_until": min(now_ms + lease_ms, deadline),
     }
-    con.execute(_LEASE, (ticket["attempt"], ticket["token"], owner, ticket["lease_until"], seq))
-    return ticket
 
 
 # --- 5. finish -----------------------------------------------------------------
@@ -850,44 +936,79 @@ def finish_many(
     """
     con = _idle_connection(con)
     settlements, now_ms, fault = _finish_many_args(results, now_ms, fault)
-    statuses: list[str | bool] = []
     with _write_transaction(con, fault) as hooks:
-        for ticket, outcome, delay_ms in settlements:
-            status = _settle(con, ticket, outcome, now_ms, delay_ms)
-            statuses.append(False if status is None else status)
+        statuses = _settle_all(con, settlements, now_ms)
         if any(statuses):
             hooks.reached("after-finish")
     return statuses
 
 
-# tests/parallel/planted.py quotes this body on purpose (a plant that checks the ticket
-# before the write transaction).
 def _settle(
     con: sqlite3.Connection, ticket: dict[str, Any], outcome: str, now_ms: int, delay_ms: int
 ) -> str | None:
     """Apply ``outcome`` to the job if ``ticket`` is live; the new status or ``None``."""
-    live = _row(
-        con,
-        _SELECT_LIVE_LEASE,
-        (
-            ticket["id"],
-            ticket["qty"],
-            ticket["owner"],
-            ticket["token"],
-            ticket["attempt"],
-            ticket["lease_until"],
-            now_ms,
-            now_ms,
-        ),
-    )
-    if live is None:
-        return None
-    seq, attempts, max_attempts, deadline = live
-    status, reason, available_at = _settlement(
-        outcome, attempts, max_attempts, now_ms, delay_ms, deadline
-    )
-    con.execute(_SETTLE, (status, reason, available_at, seq))
-    return status
+    (status,) = _settle_all(con, [(ticket, outcome, delay_ms)], now_ms)
+    return status if isinstance(status, str) else None
+
+
+# tests/parallel/planted.py calls _verdicts and _write_verdicts apart on purpose (a plant
+# that checks the ticket before the write transaction).
+def _settle_all(
+    con: sqlite3.Connection, settlements: list[tuple[dict[str, Any], str, int]], now_ms: int
+) -> list[str | bool]:
+    """Apply each ``(ticket, outcome, delay_ms)`` to its job if its ticket is live, in
+    order: one read of the live ones, one write of their verdicts. The new status of
+    each, or ``False``."""
+    verdicts = _verdicts(con, settlements, now_ms)
+    _write_verdicts(con, verdicts)
+    statuses: list[str | bool] = [False] * len(settlements)
+    for n, (_, status, _, _) in verdicts.items():
+        statuses[n] = status
+    return statuses
+
+
+def _verdicts(
+    con: sqlite3.Connection, settlements: list[tuple[dict[str, Any], str, int]], now_ms: int
+) -> dict[int, tuple[int, str, str | None, int]]:
+    """For each settlement whose ticket is live, by its place in ``settlements``: its
+    job's seq and ``_settlement``'s verdict."""
+    sent = _first_of_each_ticket(settlements)
+    if not sent:
+        return {}
+    tickets = [[n, *(settlements[n][0][key] for key in TICKET_KEYS)] for n in sent]
+    arguments = {"tickets": json.dumps(tickets), "now": now_ms}
+    (found,) = _row(con, _SELECT_LIVE_LEASES, arguments) or ("[]",)
+    verdicts: dict[int, tuple[int, str, str | None, int]] = {}
+    for n, seq, attempts, max_attempts, deadline in json.loads(found):
+        _, outcome, delay_ms = settlements[n]
+        verdicts[n] = (
+            seq,
+            *_settlement(outcome, attempts, max_attempts, now_ms, delay_ms, deadline),
+        )
+    return verdicts
+
+
+def _write_verdicts(
+    con: sqlite3.Connection, verdicts: dict[int, tuple[int, str, str | None, int]]
+) -> None:
+    """Write each verdict of ``_verdicts`` to its job's row, in one statement."""
+    if verdicts:
+        con.execute(_SETTLE, {"verdicts": json.dumps([[*v] for v in verdicts.values()])})
+
+
+def _first_of_each_ticket(settlements: list[tuple[dict[str, Any], str, int]]) -> list[int]:
+    """The places in ``settlements`` of the first settlement of each ticket, in order.
+
+    Only these can find their ticket live: equal tickets match their row alike, and a
+    settlement moves its row out of ``leased``, so a ticket given again later finds its
+    job settled, or as unmatched as the first time (``False``). And no settlement makes
+    a row match another ticket. So judging these alone, all against the rows as they
+    were, is applying every settlement in order (pgworker.py's settle too).
+    """
+    firsts: dict[tuple[Any, ...], int] = {}
+    for n, (ticket, _, _) in enumerate(settlements):
+        firsts.setdefault(tuple(ticket[key] for key in TICKET_KEYS), n)
+    return sorted(firsts.values())
 
 
 # --- 6. redrive ----------------------------------------------------------------

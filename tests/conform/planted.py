@@ -34,13 +34,16 @@ __all__ = ["PLANTS", "main", "soak", "table"]
 
 # The texts below quote worker.py on purpose: a plant is worker.py's own code with one
 # mistake in it, so its replacements must match the source exactly (``Plant.source``).
-_LIVE = "AND qty = ? AND owner = ? AND token = ? AND attempts = ? AND lease_until = ?"
-_TIME = "AND ? < lease_until AND ? < deadline"
-_SETTLE_SET = "  SET status = ?, reason = ?, available_at = ?, owner = NULL, lease_until = NULL"
+_LIVE = """
+    AND owner = json_extract(ticket.value, '$[3]')
+    AND token = json_extract(ticket.value, '$[4]')
+    AND attempts = json_extract(ticket.value, '$[5]')
+    AND lease_until = json_extract(ticket.value, '$[6]')
+"""
+_TIME = "AND :now < lease_until AND :now < deadline)"
+_SETTLE_SET = "available_at = json_extract(verdict.value, '$[3]'), owner = NULL, lease_until = NULL"
 _QUARANTINE_SET = "SET status = 'dead', reason = 'deadline', owner = NULL, lease_until = NULL"
-_LEASE_SET = (
-    "SET status = 'leased', attempts = ?, token = ?, owner = ?, lease_until = ?, reason = NULL"
-)
+_LEASE_SET = "lease_until = json_extract(lease.value, '$[3]'), reason = NULL"
 _EXHAUSTED_LEASED = "WHERE status = 'leased' AND lease_until <= :now AND attempts >= max_attempts"
 _EXHAUSTED_ANY = "WHERE status = 'leased' AND :now >= 0 AND attempts >= max_attempts"
 _REQUEUE_SET = "SET status = 'pending', attempts = 0, available_at = ?, deadline = ?,"
@@ -50,17 +53,17 @@ PLANTS = (
         "finish-ignores-ticket",
         "finish checks the job is leased and the time bounds, but not the ticket's owner,"
         " token, attempt or lease_until: a stale courier settles its successor's lease",
-        ((_LIVE, "AND qty = ? AND ? <> '' AND ? > 0 AND ? > 0 AND ? > 0"),),
+        ((_LIVE, "\n"),),
     ),
     Plant(
         "finish-ignores-lease-end",
         "finish checks the ticket and the deadline but not that the lease is still running",
-        ((_TIME, "AND ? >= 0 AND ? < deadline"),),
+        ((_TIME, "AND :now < deadline)"),),
     ),
     Plant(
         "finish-keeps-owner",
         "finish clears lease_until but leaves the owner on the settled job",
-        ((_SETTLE_SET, "  SET status = ?, reason = ?, available_at = ?, lease_until = NULL"),),
+        ((_SETTLE_SET, _SETTLE_SET.replace(" owner = NULL,", "")),),
     ),
     Plant(
         "retry-ignores-budget",
@@ -105,8 +108,8 @@ PLANTS = (
         "claim's ticket counts the attempt, but the row keeps the attempts it had",
         (
             (
-                'con.execute(_LEASE, (ticket["attempt"], ticket["token"],',
-                'con.execute(_LEASE, (attempts, ticket["token"],',
+                '[job[0], ticket["attempt"], ticket["token"], ticket["lease_until"]]',
+                '[job[0], job[3], ticket["token"], ticket["lease_until"]]',
             ),
         ),
     ),

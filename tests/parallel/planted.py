@@ -152,9 +152,15 @@ SQLITE_PLANTS = (
         "claim_many commits after each lease and takes the lock again for the next one",
         (
             (
-                "            tickets.append(ticket)\n        if tickets:",
-                '            tickets.append(ticket)\n            con.execute("COMMIT")\n'
-                '            con.execute("BEGIN IMMEDIATE")\n        if tickets:',
+                "        tickets = _lease_all(con, owner, now_ms, lease_ms,"
+                " _claimable(con, now_ms, limit))",
+                # claim_many as a loop of single leases, each committed (worker.py's
+                # _lease_all of one job is its _lease).
+                """        tickets = []
+        for job in _claimable(con, now_ms, limit):
+            tickets += _lease_all(con, owner, now_ms, lease_ms, [job])
+            con.execute("COMMIT")
+            con.execute("BEGIN IMMEDIATE")""",
             ),
         ),
     ),
@@ -165,36 +171,14 @@ SQLITE_PLANTS = (
         (
             (
                 _FINISH_TXN,
-                # worker.py's _live_lease and _settle quoted on purpose, with the check moved
-                # out of the transaction (see the note above _FINISH_TXN).
-                """    live = _live_lease(con, ticket, now_ms)
+                # worker.py's _settle_all with its read moved out of the transaction.
+                """    verdicts = _verdicts(con, [(ticket, outcome, delay_ms)], now_ms)
     with _write_transaction(con, fault) as hooks:
-        if live is None:
+        if not verdicts:
             return False
-        seq, attempts, max_attempts, deadline = live
-        status, reason, available_at = _settlement(
-            outcome, attempts, max_attempts, now_ms, delay_ms, deadline
-        )
-        con.execute(_SETTLE, (status, reason, available_at, seq))
+        _write_verdicts(con, verdicts)
         hooks.reached("after-finish")
-    return status
-
-
-def _live_lease(con: Any, ticket: Any, now_ms: int) -> Any:
-    return _row(
-        con,
-        _SELECT_LIVE_LEASE,
-        (
-            ticket["id"],
-            ticket["qty"],
-            ticket["owner"],
-            ticket["token"],
-            ticket["attempt"],
-            ticket["lease_until"],
-            now_ms,
-            now_ms,
-        ),
-    )""",
+    return verdicts[0][1]""",
             ),
         ),
     ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -149,3 +150,50 @@ def test_a_locked_file_fails_after_the_busy_timeout_and_keeps_its_rows(
     assert len(descriptors) == 1, "only the first connection may still hold the file"
     assert read_rows(con) == before
     con.close()
+
+
+@pytest.fixture
+def sqlite_3_31(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This Python as if its SQLite were 3.31.1 (Ubuntu 20.04's), which lacks
+    UPDATE ... FROM; the answer of the version check is asked again on each side."""
+    worker._sqlite_problem.cache_clear()
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    yield
+    worker._sqlite_problem.cache_clear()
+
+
+def test_an_sqlite_older_than_3_33_is_refused_before_anything_is_created(
+    sqlite_3_31: None, queue_path: Path
+) -> None:
+    with pytest.raises(RuntimeError, match=r"needs SQLite 3\.33\.0 or later; .* has 3\.31\.1"):
+        worker.open_queue(queue_path)
+    assert not queue_path.exists()
+
+
+def test_an_sqlite_older_than_3_33_is_refused_by_each_call_before_any_change(
+    queue_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    con = worker.open_queue(queue_path)
+    worker.enqueue(con, {"id": "a", "qty": 1}, 0, 10)
+    before = read_rows(con)
+    worker._sqlite_problem.cache_clear()
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    try:
+        for call in (
+            lambda: worker.claim(con, "c1", 0),
+            lambda: worker.claim_many(con, "c1", 0, 2),
+            lambda: worker.enqueue(con, {"id": "b", "qty": 1}, 0, 10),
+        ):
+            with pytest.raises(RuntimeError, match=r"3\.33\.0"):
+                call()
+            assert not con.in_transaction
+        assert read_rows(con) == before
+    finally:
+        worker._sqlite_problem.cache_clear()
+        con.close()
+
+
+def test_this_pythons_sqlite_runs_the_queue() -> None:
+    worker._sqlite_problem.cache_clear()
+    assert worker._sqlite_problem() is None
