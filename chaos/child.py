@@ -246,7 +246,7 @@ class RecordedRounds:
         send: Send,
         jitter: Callable[[], float],
         lease_ms: int,
-        last: bool = False,
+        later: int | None = None,
     ) -> list[dict[str, Any]]:
         """One round with one ``jitter()``: its result, or ``[]`` if nothing was claimable."""
         drawn = jitter()
@@ -268,7 +268,7 @@ class RecordedRounds:
         return [result]
 
     def holding(self) -> bool:
-        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        """False: a round of one job holds nothing for the next (``later`` changes nothing)."""
         return False
 
     def drained(self) -> bool:

@@ -159,11 +159,11 @@ class Config:
     @property
     def stop_grace_s(self) -> float:
         """How long a courier gets to stop after SIGTERM: its current round at most and,
-        in batches, the one that finishes the batch it claimed ahead.
+        in batches, the ones that finish the batches it claimed ahead.
 
         A round is a claim, a send bounded by the HTTP timeout (plus a delayed
         answer, which is shorter than the lease), and a finish; a batched courier's
-        two batches' deliveries all end within a lease of the later claim.
+        deliveries of the batches it holds all end within a lease of its last claim.
         """
         return 2 * self.lease_ms / 1000 + 3
 

@@ -1,5 +1,5 @@
 """A courier's rounds in batches: ``claim_many``, deliveries in flight, ``finish_many``,
-two batches in a pipeline.
+batches in a pipeline.
 
 ``BatchRounds`` is a ``courier.runner.Rounds`` over the calls of one queue
 (``QueueCalls``: ``FileRounds`` on a file, ``PgRounds`` on PostgreSQL), whose
@@ -13,22 +13,23 @@ connection, turns and time base it uses through their ``call``. The rules it kee
    send is called by ``in_flight`` delivery threads, each sending one job at a
    time. The jobs go out in claim order, sent and classified exactly as
    ``run_once`` does it (``worker.classify_send``), outside any transaction.
-2. **Two batches in a pipeline** (``batch`` > 1). A round takes the batch claimed
-   ahead by the round before (or claims one), claims the next batch as soon as
-   this one's deliveries are handed out, and hands the next one's deliveries
-   over too, behind this one's; then it finishes this one. So the next claim
-   runs while this batch is delivered, and this batch's ``finish_many`` while the
-   next one is: a round costs the larger of the calls and the deliveries, not
-   their sum, and the deliveries never wait for the queue while a batch is
-   ahead. On one connection (a queue file: two writers would only wait for each
-   other) the queue's calls stay on the round's thread, one at a time. Given a
-   connection of their own for the claims (``claims``; ``courier run`` does it on
-   PostgreSQL), the claim ahead runs on a thread of its own at once with this
-   batch's finish, and the round waits for it before it returns: a round then
-   costs the larger of one claim and one finish, not their sum. A round told it
-   is the ``last`` (the courier's
-   stop rules, ``courier.runner``) claims nothing ahead; a batch held ahead when
-   the courier stops is delivered and finished by one more round (``holding``).
+2. **Batches in a pipeline** (``batch`` > 1): no more than two batches' deliveries
+   are ever waiting or in flight, each batch's behind the one before. A round takes
+   the oldest batch held (or claims one), and claims ahead: at its start if it
+   holds no other, so that the next batch's deliveries queue behind this one's.
+   On one connection (a queue file: two writers would only wait for each other)
+   the queue's calls stay on the round's thread, one at a time, and that one batch
+   ahead is all a round holds. Given a connection of their own for the claims
+   (``claims``; ``courier run`` does it on PostgreSQL), the claims ahead run on a
+   thread of their own, and a round claims once more as soon as this batch's
+   deliveries have all ended, while it finishes them: the batch ahead is then
+   being delivered and the new one queues behind it, so the deliveries never wait
+   for a claim, and a round costs the larger of one claim, one finish and one
+   batch's deliveries, not the sum of any two. Up to ``HELD_ROUNDS`` (two) batches
+   are then held for the rounds after this one, never more than the courier's
+   stop rules leave rounds for (``later``, ``courier.runner``'s rule 8); the
+   round waits for its claims before it returns, and batches held when the
+   courier stops are delivered and finished by more rounds (``holding``).
 3. Jobs are finished **in groups**, one ``finish_many`` (one commit) for every
    delivery back so far: when the whole batch is back, or earlier once the
    first lease among those waiting has a quarter of the lease left
@@ -43,27 +44,31 @@ connection, turns and time base it uses through their ``call``. The rules it kee
    ticket's ``lease_until`` (a lease cut short by the job's deadline, a batch
    ahead that waited too long, or a courier that was stopped), it is not sent and
    not finished: status ``unsent``, and the job waits for its lease to end. A job
-   of a batch claimed ahead waits for the deliveries of the batch before it, so
-   one thread may make up to ``waits(batch, in_flight)`` deliveries, each up to
-   the timeout, between a job's claim and the end of its own delivery; ``courier
-   run`` refuses settings where those do not fit in the lease (``lease_covers``).
-5. A crash mid-pipeline leaves each claimed job that was not finished, of both
-   batches (up to twice ``batch``), leased until its lease ends; another courier
-   then claims it and sends it again, which the receiver's inbox absorbs.
+   of a batch claimed ahead waits for the deliveries of the batch before it (rule
+   2: at most one), so one thread may make up to ``waits(batch, in_flight)``
+   deliveries, each up to the timeout, between a job's claim and the end of its
+   own delivery; ``courier run`` refuses settings where those do not fit in the
+   lease (``lease_covers``).
+5. A crash mid-pipeline leaves each claimed job that was not finished leased until
+   its lease ends: up to twice ``batch`` on one connection, up to three times
+   ``batch`` with the claims apart (the batch being finished and the two held);
+   another courier then claims it and sends it again, which the receiver's inbox
+   absorbs.
 6. A finish that meets a busy or unreachable queue is tried again with the next
    group, and the last group once more (``LAST_TRIES``; a finish is a
    compare-and-set on the ticket, so trying again is safe); if that fails too, or
    anything else fails, the round raises ``courier.runner.PartlyDone`` with the
-   jobs it did finish, and the others wait for their leases (a batch held ahead
-   stays held, for the next round). A delivery that raised something unexpected
+   jobs it did finish, and the others wait for their leases (batches held ahead
+   stay held, for the next rounds). A delivery that raised something unexpected
    leaves its job leased and, once the others are finished, ends the round the
-   same way. A claim ahead that fails leaves nothing held: a busy or unreachable
-   queue is met again by the next round's own claim, anything else ends the round
-   as ``PartlyDone`` once this batch is finished.
+   same way. A claim ahead that fails holds nothing more: a busy or unreachable
+   queue is met again by a later claim, anything else ends the round as
+   ``PartlyDone`` once this batch is finished.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import threading
@@ -76,7 +81,7 @@ import worker
 from courier import backend
 from courier.backend import Target
 from courier.delivery import Cause, Send, can_start
-from courier.runner import PartlyDone, rounds_for
+from courier.runner import HELD_ROUNDS, PartlyDone, rounds_for
 from courier.transient import is_transient
 
 __all__ = ["MAX_BATCH", "UNSENT", "BatchRounds", "QueueCalls", "batch_rounds_for", "lease_covers"]
@@ -110,7 +115,7 @@ def waits(batch: int, in_flight: int) -> int:
     connection of the event loop, or a delivery thread), may run between a job's claim
     and the end of its own delivery: one without batches (``batch`` 1); in the
     pipeline (rule 2), the deliveries of a batch claimed ahead start only behind those
-    of the batch before it, so the two batches' ``2 * batch`` deliveries share the
+    of the one batch before it, so the two batches' ``2 * batch`` deliveries share the
     ``in_flight`` places: ``ceil(2 * batch / in_flight)``."""
     return 1 if batch == 1 else math.ceil(2 * batch / in_flight)
 
@@ -207,7 +212,7 @@ class _Senders:
 
 
 class BatchRounds:
-    """Rounds of up to ``batch`` jobs with up to ``in_flight`` deliveries at once, two
+    """Rounds of up to ``batch`` jobs with up to ``in_flight`` deliveries at once,
     batches in a pipeline when ``batch`` > 1, on the queue ``rounds`` works
     (``courier.runner.Rounds``; see the module's rules).
 
@@ -250,7 +255,7 @@ class BatchRounds:
         self.claims = rounds if claims is None else claims
         self._senders: _Senders | None = None
         self._claimer: _Senders | None = None  # the thread of the claims ahead, if apart
-        self._ahead: _Batch | None = None  # claimed by the last round, for the next
+        self._held: collections.deque[_Batch] = collections.deque()  # claimed, for the next rounds
 
     def now_ms(self) -> int:
         """The time on the queue's time base."""
@@ -261,13 +266,13 @@ class BatchRounds:
         return self.rounds.drained()
 
     def holding(self) -> bool:
-        """True if a batch claimed ahead waits for the next round (rule 2)."""
-        return self._ahead is not None
+        """True if batches claimed ahead wait for the next rounds (rule 2)."""
+        return bool(self._held)
 
     def close(self) -> None:
-        """Let the delivery threads end; close the queue's rounds. A batch still held
-        ahead is left to its leases (rule 5)."""
-        self._ahead = None
+        """Let the delivery threads end; close the queue's rounds. Batches still held
+        ahead are left to their leases (rule 5)."""
+        self._held.clear()
         if self._senders is not None:
             self._senders.close()
             self._senders = None
@@ -284,26 +289,31 @@ class BatchRounds:
         send: Send,
         jitter: Callable[[], float],
         lease_ms: int,
-        last: bool = False,
+        later: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Take the batch claimed ahead (or claim one), claim the next one ahead unless
-        this is the ``last`` round or ``batch`` is 1, deliver this batch and finish
-        it in groups: the ``run_once``-shaped results in the order they were finished
-        (``[]`` if nothing was claimable).
+        """Take the oldest batch held (or claim one), claim ahead as rule 2 says unless
+        ``batch`` is 1 (at most ``later`` batches held for the rounds after this one,
+        ``courier.runner``'s rule 8), deliver this batch and finish it in groups: the
+        ``run_once``-shaped results in the order they were finished (``[]`` if nothing
+        was claimable).
 
         Raises:
             PartlyDone: a finish failed, a delivery raised something unexpected (its
-                job stays leased), or the claim ahead failed with anything but a busy
+                job stays leased), or a claim ahead failed with anything but a busy
                 or unreachable queue, after the results it holds were finished.
             Anything this round's own claim raises (a busy or unreachable queue
-            included), when no batch was held ahead.
+            included), when no batch was held.
         """
-        current, self._ahead = self._ahead, None
+        current = self._held.popleft() if self._held else None
         if current is None:
             current = self._claim(owner, send, jitter, lease_ms)
             if current is None:
                 return []
+        apart = self.claims is not self.rounds
+        room = 0 if self.batch == 1 else HELD_ROUNDS if apart else 1
+        room = room if later is None else min(room, later)
         ahead: queue.SimpleQueue[_Batch | BaseException | None] = queue.SimpleQueue()
+        claims_made = 0
 
         def claim_ahead() -> None:
             try:
@@ -317,13 +327,23 @@ class BatchRounds:
             except BaseException as error:  # raised on the round's thread, once finished
                 ahead.put(error)
 
-        claiming = not last and self.batch > 1
-        if claiming and self.claims is self.rounds:
-            claim_ahead()
-        elif claiming:  # on its own connection, while this batch is finished (rule 2)
+        def claim_one_ahead() -> None:
+            nonlocal claims_made
+            claims_made += 1
+            if not apart:
+                claim_ahead()
+                return
             if self._claimer is None:
                 self._claimer = _Senders(1, "claim-ahead")
-            self._claimer.run(claim_ahead_apart)
+            self._claimer.run(claim_ahead_apart)  # while this batch is finished (rule 2)
+
+        def all_back() -> None:
+            """This batch's deliveries have all ended: another claim ahead, if room."""
+            if len(self._held) + claims_made < room:
+                claim_one_ahead()
+
+        if room and not self._held:
+            claim_one_ahead()
         until = current.started + (lease_ms + self.timeout_ms) / 1000 + GRACE_S
 
         def finish_by(first_lease_until: int) -> float:
@@ -333,15 +353,21 @@ class BatchRounds:
             return current.started + float(first) / 1000
 
         count = len(current.tickets)
+        failed_ahead: Exception | None = None
         try:
-            results = self._finish_in_groups(current.delivered, count, until, finish_by)
+            results = self._finish_in_groups(current.delivered, count, until, finish_by, all_back)
         finally:
-            claimed = ahead.get() if claiming else None  # back once the claim is
-            if isinstance(claimed, BaseException) and not isinstance(claimed, Exception):
-                raise claimed
-            failed_ahead = claimed if isinstance(claimed, Exception) else None
-            if isinstance(claimed, _Batch):
-                self._ahead = claimed
+            stopped: BaseException | None = None
+            for _ in range(claims_made):  # each back once its claim is, in claim order
+                claimed = ahead.get()
+                if isinstance(claimed, _Batch):
+                    self._held.append(claimed)
+                elif isinstance(claimed, Exception):
+                    failed_ahead = failed_ahead or claimed
+                elif claimed is not None:
+                    stopped = stopped or claimed
+            if stopped is not None:
+                raise stopped
         if failed_ahead is not None and not is_transient(failed_ahead):
             raise PartlyDone(failed_ahead, results)
         return results
@@ -401,10 +427,13 @@ class BatchRounds:
         count: int,
         until: float,
         finish_by: Callable[[int], float],
+        all_back: Callable[[], None],
     ) -> list[dict[str, Any]]:
         """Take the ``count`` deliveries as they come back and finish them in groups
-        (rule 3); ``until`` bounds the wait for all of them, and ``finish_by`` says by
-        when a group whose first lease ends at a given time must be finished."""
+        (rule 3); ``until`` bounds the wait for all of them, ``finish_by`` says by
+        when a group whose first lease ends at a given time must be finished, and
+        ``all_back`` is called once they have all ended, before the last group's
+        finish (rule 2)."""
         results: list[dict[str, Any]] = []
         waiting: list[_Delivered] = []  # back, not finished yet
         first_lease_until = 0  # the earliest lease among those waiting, if any wait
@@ -447,6 +476,8 @@ class BatchRounds:
                 if not waiting or lease_until < first_lease_until:
                     first_lease_until = lease_until
                 waiting.append(done)
+        if not remaining:
+            all_back()
         for _ in range(LAST_TRIES):  # a lost connection is made again for the next try
             if waiting:
                 failure = self._finish(waiting, results)

@@ -134,7 +134,7 @@ class FileRounds:
         send: Send,
         jitter: Callable[[], float],
         lease_ms: int,
-        last: bool = False,
+        later: int | None = None,
     ) -> list[dict[str, Any]]:
         """One ``run_once`` round with one ``jitter()``: its result, or ``[]`` if
         nothing was claimable. Raises as ``worker.run_file`` does."""
@@ -189,7 +189,7 @@ class FileRounds:
             turn.give_back()
 
     def holding(self) -> bool:
-        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        """False: a round of one job holds nothing for the next (``later`` changes nothing)."""
         return False
 
     def drained(self) -> bool:

@@ -81,7 +81,7 @@ class PgRounds:
         send: Send,
         jitter: Callable[[], float],
         lease_ms: int,
-        last: bool = False,
+        later: int | None = None,
     ) -> list[dict[str, Any]]:
         """One ``pgworker.run_once`` round with one ``jitter()``, on the server's clock:
         its result, or ``[]`` if nothing was claimable."""
@@ -101,7 +101,7 @@ class PgRounds:
         return result
 
     def holding(self) -> bool:
-        """False: a round of one job holds nothing for the next (``last`` changes nothing)."""
+        """False: a round of one job holds nothing for the next (``later`` changes nothing)."""
         return False
 
     def drained(self) -> bool:

@@ -27,12 +27,14 @@ Rules this module keeps:
    every pause short.
 7. A round's attempts go to the sink together (``record_many``), at one reading of
    the queue's clock: a batched round (``courier.batch_rounds``) is many attempts.
-8. Rounds may hold jobs from one round to the next (a batch claimed ahead,
-   ``courier.batch_rounds``): the loop tells the round it knows to be the last
-   (``--max-runs``) so that it claims nothing ahead, and when another rule or a stop
-   ends the loop while the rounds are ``holding``, one more ``last`` round delivers
-   and finishes what they hold before the courier stops. So ``max-runs`` counts the
-   rounds exactly, and no stop leaves a claimed job unsent but a crash.
+8. Rounds may hold jobs for the rounds after them (batches claimed ahead, up to
+   ``HELD_ROUNDS``, ``courier.batch_rounds``): the loop tells each round how many
+   more it may make (``later``: what ``--max-runs`` leaves; none once a stop rule
+   holds), so that a round never holds more than the rounds left can finish; when
+   another rule or a stop ends the loop while the rounds are ``holding``, more
+   rounds with nothing ``later`` deliver and finish what they hold (one a batch)
+   before the courier stops. So ``max-runs`` counts the rounds exactly, and no stop
+   leaves a claimed job unsent but a crash.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from courier.stop_signal import pause
 from courier.transient import is_transient
 
 __all__ = [
+    "HELD_ROUNDS",
     "IDLE_BASE_MS",
     "IDLE_CAP_MS",
     "CourierReport",
@@ -80,6 +83,11 @@ IDLE_BASE_MS = 20
 IDLE_CAP_MS = 250
 
 Log = Callable[[str], None]
+
+
+# The most batches a round may hold for the rounds after it (``courier.batch_rounds``,
+# rule 2): so a delivery may be made up to this many rounds before its own.
+HELD_ROUNDS = 2
 
 
 class Rounds(Protocol):
@@ -104,10 +112,11 @@ class Rounds(Protocol):
         send: Send,
         jitter: Callable[[], float],
         lease_ms: int,
-        last: bool = False,
+        later: int | None = None,
     ) -> list[dict[str, Any]]:
-        """One round; see the class. ``last``: no round follows, so it must hold
-        nothing for a next one (rule 8)."""
+        """One round; see the class. ``later``: how many more rounds the loop may make
+        after this one (``0``: none, ``None``: no bound known); the round holds no more
+        batches than that for them, and never more than ``HELD_ROUNDS`` (rule 8)."""
         ...
 
     def holding(self) -> bool:
@@ -173,9 +182,9 @@ class _Call:
 
 class _Watched:
     """``send`` with each call kept (its cause from ``HttpSend`` or from an exception)
-    until its result is, or for the round it was made in and the next: a job claimed
-    ahead (rule 8) is sent during one round and finished by the next. Calls come
-    from several delivery threads at once."""
+    until its result is, or for the round it was made in and the ``HELD_ROUNDS``
+    after it: a job claimed ahead (rule 8) may be sent during one round and finished
+    by the second after it. Calls come from several delivery threads at once."""
 
     def __init__(self, send: Send) -> None:
         self.send = send
@@ -187,7 +196,8 @@ class _Watched:
     def new_round(self) -> None:
         with self._lock:
             self.round += 1
-            self._calls = [c for c in self._calls if not c.kept and c.round >= self.round - 1]
+            oldest = self.round - HELD_ROUNDS
+            self._calls = [c for c in self._calls if not c.kept and c.round >= oldest]
             self._by_id = {}
             for call in self._calls:
                 self._by_id.setdefault(call.event.get("id"), []).append(call)
@@ -346,16 +356,17 @@ class _Courier:
         last_work = started
         streak = 0
         max_runs = self.rules.max_runs
-        # Each pass is a round, or stops: at most max_runs rounds and one more that
-        # finishes what the rounds hold (rule 8), or no bound at all (--forever).
-        for _ in itertools.count() if max_runs is None else range(max_runs + 2):
+        # Each pass is a round, or stops: at most max_runs rounds (the rounds never
+        # hold more than the rounds left can finish, rule 8) and a last pass that
+        # stops, or no bound at all (--forever).
+        for _ in itertools.count() if max_runs is None else range(max_runs + 1):
             reason = self._stop_reason(report.runs, started)
             if reason is not None and not self.rounds.holding():
                 report.stop_reason = reason
                 return report
-            last = reason is not None or (max_runs is not None and report.runs + 1 >= max_runs)
+            later = None if max_runs is None else max(max_runs - report.runs - 1, 0)
             report.runs += 1
-            results = self._round(report, last)
+            results = self._round(report, 0 if reason is not None else later)
             if results is None:  # busy or unreachable
                 streak += 1
                 pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
@@ -377,12 +388,12 @@ class _Courier:
         report.stop_reason = self._stop_reason(report.runs, started) or "max-runs"
         return report
 
-    def _round(self, report: CourierReport, last: bool) -> list[dict[str, Any]] | None:
-        """One round (the ``last`` one, rule 8): its results (``[]``: nothing
-        claimable), or ``None`` if the queue was busy or out of reach."""
+    def _round(self, report: CourierReport, later: int | None) -> list[dict[str, Any]] | None:
+        """One round, with ``later`` rounds at most after it (rule 8): its results
+        (``[]``: nothing claimable), or ``None`` if the queue was busy or out of reach."""
         self.send.new_round()
         try:
-            results = self.rounds.round(self.owner, self.send, self.rng, self.lease_ms, last)
+            results = self.rounds.round(self.owner, self.send, self.rng, self.lease_ms, later)
         except Exception as raised:
             error, finished = (
                 (raised.error, raised.results) if isinstance(raised, PartlyDone) else (raised, [])

@@ -177,6 +177,103 @@ def test_courier_runs_rounds_make_their_claims_apart_on_postgresql_only(
         on_file.close()
 
 
+def _statuses(conninfo: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in queueview.read_queue(conninfo)["jobs"]:
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return counts
+
+
+def test_with_its_claims_apart_a_round_holds_two_batches_and_no_more_than_rounds_left(
+    pg_conninfo: str,
+) -> None:
+    """Rule 2: the first round claims one batch ahead at its start and a second once its
+    own deliveries have ended; a round told one round follows (``later=1``) claims
+    nothing more, and the last (``later=0``) holds nothing after it."""
+    ids = _enqueued(pg_conninfo, 20)
+    rounds = BatchRounds(PgRounds(pg_conninfo), 4, 2, TIMEOUT_MS, claims=PgRounds(pg_conninfo))
+
+    def done(results: list[dict[str, Any]]) -> list[str]:
+        return sorted(r["id"] for r in results if r["status"] == "done")
+
+    try:
+        assert done(rounds.round("c1", lambda event: True, lambda: 0.5, LEASE_MS)) == ids[0:4]
+        assert rounds.holding() and _statuses(pg_conninfo) == {
+            "done": 4,
+            "leased": 8,
+            "pending": 8,
+        }
+        leased = {
+            row["id"]
+            for row in queueview.read_queue(pg_conninfo)["jobs"]
+            if row["status"] == "leased"
+        }
+        assert leased == set(ids[4:12]), "the two batches after it, in claim order"
+        assert done(rounds.round("c1", lambda event: True, lambda: 0.5, LEASE_MS, 1)) == ids[4:8]
+        assert _statuses(pg_conninfo) == {"done": 8, "leased": 4, "pending": 8}
+        assert done(rounds.round("c1", lambda event: True, lambda: 0.5, LEASE_MS, 0)) == ids[8:12]
+        assert not rounds.holding()
+        assert _statuses(pg_conninfo) == {"done": 12, "pending": 8}
+    finally:
+        rounds.close()
+
+
+def test_max_runs_counts_rounds_exactly_with_two_batches_held_on_postgresql(
+    pg_conninfo: str, receiver: Receiver
+) -> None:
+    """``--max-runs 4``: four rounds, four batches claimed and finished, none left
+    leased (the rounds before the last two hold only what the rounds left finish)."""
+    ids = _enqueued(pg_conninfo, 28)
+    rounds = batch_rounds_for(pg_conninfo, 4, 2, TIMEOUT_MS)
+    rules = StopRules(max_runs=4, max_seconds=4 * WAIT_S)
+    try:
+        with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
+            report = run_courier(
+                pg_conninfo, "c1", send, lease_ms=LEASE_MS, stop_rules=rules, rounds=rounds
+            )
+    finally:
+        rounds.close()
+    assert (report.runs, report.stop_reason) == (4, "max-runs")
+    assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids[:16]
+    assert _statuses(pg_conninfo) == {"done": 16, "pending": 12}
+    assert effects_by_id(receiver.inbox.path) == dict.fromkeys(ids[:16], 1)
+
+
+def test_a_stop_after_the_first_round_delivers_both_batches_held(
+    pg_conninfo: str, receiver: Receiver
+) -> None:
+    """A stop rule that holds once the first round is over (``--max-seconds`` passed
+    during it): two more rounds, each with nothing later, deliver and finish the two
+    batches it held, and nothing stays leased."""
+    ids = _enqueued(pg_conninfo, 20)
+    rounds = batch_rounds_for(pg_conninfo, 4, 2, TIMEOUT_MS)
+    stop = threading.Event()
+    http = HttpSends(receiver.url, "c1", TIMEOUT_MS, 2)
+
+    def send(event: dict[str, Any]) -> bool:
+        stop.set()  # from the first delivery on: the first round is the only one that claims
+        return http(event)
+
+    rules = StopRules(max_runs=100, max_seconds=4 * WAIT_S)
+    try:
+        with http:
+            report = run_courier(
+                pg_conninfo,
+                "c1",
+                send,
+                lease_ms=LEASE_MS,
+                stop_rules=rules,
+                stop=stop,
+                rounds=rounds,
+            )
+    finally:
+        rounds.close()
+    assert (report.runs, report.stop_reason) == (3, "stopped")
+    assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids[:12]
+    assert _statuses(pg_conninfo) == {"done": 12, "pending": 8}
+    assert effects_by_id(receiver.inbox.path) == dict.fromkeys(ids[:12], 1)
+
+
 # --- `courier run --batch` as a process on PostgreSQL ------------------------------------
 
 
@@ -212,9 +309,10 @@ def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_le
     tmp_path: Path, pg_conninfo: str, children: Children
 ) -> None:
     """Killed right after the receiver committed its third delivery: the batch in flight
-    and the one claimed ahead stay leased until their leases end (the crash cost, up to
-    twice the batch), then a second courier delivers them again and the inbox absorbs
-    the re-sends."""
+    and the one claimed ahead stay leased until their leases end (the second batch
+    ahead is claimed only once the first batch's deliveries have all ended; the crash
+    cost is up to three times the batch), then a second courier delivers them again
+    and the inbox absorbs the re-sends."""
     ids = _enqueued(pg_conninfo, 16)
     killer = KillSenderAfter(3)
     options = ("--batch", "4", "--in-flight", "2", "--lease-ms", "3000")
