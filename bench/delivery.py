@@ -310,9 +310,9 @@ def courier_run(
         if in_flight == 1
         else HttpSends(url, owner, timeout_ms, in_flight)
     )
-    attempts = AttemptLog(target)
-    # As courier run: the claimed rows of a batch at once, before its deliveries; of one
-    # job, as its delivery starts.
+    # As courier run: the claimed rows of a batch at once, before its deliveries, after
+    # the outcome rows of the rounds before; of one job, as its delivery starts.
+    attempts = AttemptLog(target, outcomes_with_claims=batch > 1)
     sending: Any = send
     if batch > 1:
         announce = attempts.announcing_batches(owner, _quiet)

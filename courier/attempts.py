@@ -30,7 +30,13 @@ contract's), and ``dead``, ``show`` and the web page read it. The rules it keeps
    (a power cut may lose its last rows, never the queue's), a round's attempts are
    written in one transaction (``record_many``), and a courier that cannot write
    it logs a line and goes on delivering. A queue with no log yet reads as one
-   with no attempts.
+   with no attempts. A batched courier's log holds a round's outcome rows back
+   (``outcomes_with_claims``) and writes them with the next batch's claimed rows,
+   in one statement and in that order, or on ``flush`` (the courier flushes when a
+   round claims nothing, the queue is busy, and when it stops): a statement a
+   batch rather than two. A courier killed meanwhile loses the rows held back (at
+   most the last rounds'), and ``history`` shows those attempts as claimed with no
+   outcome recorded.
 4. The log is created by the first courier that writes to it, only if it is
    missing; on PostgreSQL ``courier init`` creates it too, as the queue's owner,
    so that couriers whose role may only insert into it write it
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +121,10 @@ _INSERT = f"""INSERT INTO {TABLE}
 # sqlite3 lets go of the GIL at each statement of an executemany, and a courier's
 # delivery thread holds it about 20 us before it gives it back: one statement spares a
 # batch of 64 that wait 64 times (docs/dev/2026-12-05-statements-of-a-batch.md).
+# A claimed row written among others has no time of its own on PostgreSQL: it takes the
+# server's clock when the statement runs, as _INSERT_CLAIMED's does (on a file, this
+# host's clock, given).
+_PG_NOW_MS = "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)"
 _INSERT_MANY = {
     "sqlite": f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
@@ -126,7 +137,8 @@ _INSERT_MANY = {
     "postgres": f"""INSERT INTO {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail)
   SELECT given.row ->> 0, CAST(given.row ->> 1 AS bigint), given.row ->> 2,
-         CAST(given.row ->> 3 AS bigint), given.row ->> 4, given.row ->> 5, given.row ->> 6,
+         coalesce(CAST(given.row ->> 3 AS bigint), {_PG_NOW_MS}), given.row ->> 4,
+         given.row ->> 5, given.row ->> 6,
          CAST(given.row ->> 7 AS integer), given.row ->> 8
   FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS given (row, n)
   ORDER BY given.n""",
@@ -141,22 +153,7 @@ _INSERT_CLAIMED = {
           :owner, :now, '{CLAIMED}', 'leased')""",
     "postgres": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
   VALUES (:id, (SELECT token FROM jobs WHERE id = :id AND owner = :owner AND status = 'leased'),
-          :owner, CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT),
-          '{CLAIMED}', 'leased')""",
-}
-# A batch's claimed rows, their tokens from the batch's tickets: one statement, as
-# _INSERT_MANY (on PostgreSQL 64 rows in 0.6 ms where a pipeline of 64 INSERTs in a
-# transaction took 1.6 ms).
-_INSERT_CLAIMED_MANY = {
-    "sqlite": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
-  SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :owner, :now,
-         '{CLAIMED}', 'leased'
-  FROM json_each(:claims) ORDER BY key""",
-    "postgres": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
-  SELECT given.row ->> 0, CAST(given.row ->> 1 AS bigint), :owner,
-         CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT), '{CLAIMED}', 'leased'
-  FROM json_array_elements(CAST(:claims AS json)) WITH ORDINALITY AS given (row, n)
-  ORDER BY given.n""",
+          :owner, {_PG_NOW_MS}, '{CLAIMED}', 'leased')""",
 }
 _ATTACH_QUEUE = "ATTACH DATABASE ? AS queue"
 _SELECT_OF = f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {TABLE} WHERE id = ? ORDER BY seq"
@@ -248,9 +245,11 @@ class Attempt:
 
 class AttemptSink(Protocol):
     """Where ``courier.runner.run_courier`` puts each round's attempts (``AttemptLog``
-    is one)."""
+    is one): ``record_many`` may hold them back until ``flush``."""
 
     def record_many(self, attempts: list[Attempt]) -> None: ...
+
+    def flush(self) -> None: ...
 
 
 def sidecar_path(queue: Target) -> Path:
@@ -276,12 +275,17 @@ class AttemptLog:
 
     Keeps its own connection: the sidecar file's, or a second connection to the
     PostgreSQL database (the courier's queue connection is never in a transaction
-    of the log's). ``close`` it when done.
+    of the log's). With ``outcomes_with_claims``, ``record_many`` holds the rows
+    back for the next ``claimed_many`` or ``flush`` (rule 3). ``close`` it when
+    done: rows still held back are dropped, so ``flush`` first.
     """
 
-    def __init__(self, queue: Target) -> None:
+    def __init__(self, queue: Target, outcomes_with_claims: bool = False) -> None:
         self.queue = queue
+        self.outcomes_with_claims = outcomes_with_claims
         self._con: Any = None
+        self._held: list[tuple[Any, ...]] = []  # outcome rows held back (rule 3)
+        self._lock = threading.Lock()  # the claims and the outcomes may come from two threads
 
     def _connection(self) -> Any:
         if self._con is not None:
@@ -317,18 +321,18 @@ class AttemptLog:
 
     def claimed_many(self, claims: list[tuple[str, int]], owner: str) -> None:
         """Write the claimed rows of the deliveries ``owner`` starts, each a job's id and
-        the token of its ticket, in one transaction (a batch's claims are one commit;
-        rule 2)."""
+        the token of its ticket, in one statement, after any outcome rows held back
+        (a batch's claims are one commit; rules 2 and 3)."""
         if not claims:
             return
-        kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
-        params = {"claims": json.dumps(claims), "owner": owner, "now": clock_ms()}
-        con = self._connection()
-        try:
-            backend.qmark(con).execute(_INSERT_CLAIMED_MANY[kind], params)
-        except Exception:
-            self.close()
-            raise
+        at_ms = None if backend.is_conninfo(self.queue) else clock_ms()  # None: the server's
+        claimed = [
+            (job_id, token, owner, at_ms, CLAIMED, "leased", None, None, None)
+            for job_id, token in claims
+        ]
+        with self._lock:
+            rows, self._held = [*self._held, *claimed], []
+        self._write(rows)
 
     def announcing_batches(
         self, owner: str, log: Callable[[str], None]
@@ -365,19 +369,35 @@ class AttemptLog:
         self.record_many([attempt])
 
     def record_many(self, attempts: list[Attempt]) -> None:
-        """Append ``attempts`` in one transaction (a batch's are one commit)."""
+        """Append ``attempts`` in one transaction (a batch's are one commit), or hold
+        them back for the next claimed rows (``outcomes_with_claims``, rule 3)."""
         rows = [_row(attempt) for attempt in attempts]
+        with self._lock:
+            if self.outcomes_with_claims:
+                self._held.extend(rows)
+                return
+        self._write(rows)
+
+    def flush(self) -> None:
+        """Write the outcome rows held back, if any (one statement)."""
+        with self._lock:
+            rows, self._held = self._held, []
+        self._write(rows)
+
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
+        """Append ``rows`` in one statement; a failure closes the connection (the next
+        write makes another) and is raised, the rows dropped (rule 3)."""
         if not rows:
             return
         kind = "postgres" if backend.is_conninfo(self.queue) else "sqlite"
         con = self._connection()
         try:
-            if len(rows) == 1:
+            if len(rows) == 1 and rows[0][3] is not None:
                 backend.qmark(con).execute(_INSERT, rows[0])
             else:
                 backend.qmark(con).execute(_INSERT_MANY[kind], {"rows": json.dumps(rows)})
         except Exception:
-            self.close()  # a lost connection is made again on the next record
+            self.close()
             raise
 
     def close(self) -> None:

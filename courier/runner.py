@@ -27,6 +27,10 @@ Rules this module keeps:
    every pause short.
 7. A round's attempts go to the sink together (``record_many``), at one reading of
    the queue's clock: a batched round (``courier.batch_rounds``) is many attempts.
+   The sink may hold them back for its next write (a batched courier's attempt log
+   writes them with the next batch's claimed rows, ``courier.attempts``' rule 3):
+   the loop flushes it after a round that claimed nothing or met a busy queue, and
+   when it stops, so no outcome waits on an idle or stopped courier.
 8. Rounds may hold jobs for the rounds after them (batches claimed ahead, up to
    ``HELD_ROUNDS``, ``courier.batch_rounds``): the loop tells each round how many
    more it may make (``later``: what ``--max-runs`` leaves; none once a stop rule
@@ -352,6 +356,12 @@ class _Courier:
 
     def run(self) -> CourierReport:
         report = CourierReport(self.owner)
+        try:
+            return self._loop(report)
+        finally:
+            self._flush()  # rule 7
+
+    def _loop(self, report: CourierReport) -> CourierReport:
         started = time.monotonic()
         last_work = started
         streak = 0
@@ -368,6 +378,7 @@ class _Courier:
             report.runs += 1
             results = self._round(report, 0 if reason is not None else later)
             if results is None:  # busy or unreachable
+                self._flush()
                 streak += 1
                 pause(_backoff_ms(streak, self.rng) / 1000, self.stop)
                 continue
@@ -376,6 +387,7 @@ class _Courier:
                 streak = 0
                 continue
             report.idle += 1
+            self._flush()
             if self.rules.until_drained and self._drained():
                 report.stop_reason = "drained"
                 return report
@@ -451,6 +463,17 @@ class _Courier:
         except Exception as error:
             self.log(
                 f"{self.owner}: could not record the attempt ({type(error).__name__}: {error})"
+            )
+
+    def _flush(self) -> None:
+        """Have the sink write what it holds back (rule 7); a failing sink costs a line."""
+        if self.attempts is None:
+            return
+        try:
+            self.attempts.flush()
+        except Exception as error:
+            self.log(
+                f"{self.owner}: could not record the attempts ({type(error).__name__}: {error})"
             )
 
     def _attempt(self, call: _Call, result: dict[str, Any] | None, at_ms: int) -> Attempt:

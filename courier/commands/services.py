@@ -286,7 +286,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if rules.max_seconds is not None:
         left = max(rules.max_seconds - (time.monotonic() - started), 0.001)
         rules = dataclasses.replace(rules, max_seconds=left)
-    attempts = AttemptLog(args.queue)
+    # In batches, a round's outcome rows go with the next batch's claimed rows.
+    attempts = AttemptLog(args.queue, outcomes_with_claims=batch > 1)
     rounds = None
     if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
         announce = attempts.announcing_batches(owner, log)
