@@ -27,7 +27,7 @@ from courier.delivery import HttpSends
 from courier.pg_rounds import CLOCK_READ_S, PgRounds
 from courier.procs import Children, courier_command
 from courier.receiver import Receiver
-from courier.runner import PartlyDone, run_courier
+from courier.runner import CourierReport, PartlyDone, run_courier
 from courier.stop_rules import StopRules
 from tests.processes.test_batches import KillSenderAfter, effects_by_id
 
@@ -89,6 +89,22 @@ class _Calls:
         self.rounds.close()
 
 
+def _run(
+    conninfo: str,
+    rounds: BatchRounds,
+    send: Any,
+    rules: StopRules,
+    stop: threading.Event | None = None,
+) -> CourierReport:
+    """``run_courier`` as c1 over ``rounds`` under ``rules``; ``rounds`` closed after."""
+    try:
+        return run_courier(
+            conninfo, "c1", send, lease_ms=LEASE_MS, stop_rules=rules, stop=stop, rounds=rounds
+        )
+    finally:
+        rounds.close()
+
+
 def _enqueued(conninfo: str, count: int) -> list[str]:
     ids = [f"j{n:02d}" for n in range(1, count + 1)]
     with psycopg.connect(conninfo, autocommit=True) as con:
@@ -114,13 +130,8 @@ def test_the_claim_ahead_runs_on_its_own_connection_while_this_batch_is_finished
         claims=_Calls(pg_conninfo, meeting, ahead=True),
     )
     rules = StopRules(max_runs=100, max_seconds=4 * WAIT_S, until_drained=True)
-    try:
-        with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
-            report = run_courier(
-                pg_conninfo, "c1", send, lease_ms=LEASE_MS, stop_rules=rules, rounds=rounds
-            )
-    finally:
-        rounds.close()
+    with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
+        report = _run(pg_conninfo, rounds, send, rules)
     assert meeting.met == {"claim ahead": True, "finish": True}
     assert report.stop_reason == "drained"
     assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids
@@ -226,13 +237,8 @@ def test_max_runs_counts_rounds_exactly_with_two_batches_held_on_postgresql(
     ids = _enqueued(pg_conninfo, 28)
     rounds = batch_rounds_for(pg_conninfo, 4, 2, TIMEOUT_MS)
     rules = StopRules(max_runs=4, max_seconds=4 * WAIT_S)
-    try:
-        with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
-            report = run_courier(
-                pg_conninfo, "c1", send, lease_ms=LEASE_MS, stop_rules=rules, rounds=rounds
-            )
-    finally:
-        rounds.close()
+    with HttpSends(receiver.url, "c1", TIMEOUT_MS, 2) as send:
+        report = _run(pg_conninfo, rounds, send, rules)
     assert (report.runs, report.stop_reason) == (4, "max-runs")
     assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids[:16]
     assert _statuses(pg_conninfo) == {"done": 16, "pending": 12}
@@ -242,9 +248,9 @@ def test_max_runs_counts_rounds_exactly_with_two_batches_held_on_postgresql(
 def test_a_stop_after_the_first_round_delivers_both_batches_held(
     pg_conninfo: str, receiver: Receiver
 ) -> None:
-    """A stop rule that holds once the first round is over (``--max-seconds`` passed
-    during it): two more rounds, each with nothing later, deliver and finish the two
-    batches it held, and nothing stays leased."""
+    """A stop (the event SIGTERM sets) during the first round: two more rounds, each
+    with nothing later, deliver and finish the two batches it held, and nothing stays
+    leased."""
     ids = _enqueued(pg_conninfo, 20)
     rounds = batch_rounds_for(pg_conninfo, 4, 2, TIMEOUT_MS)
     stop = threading.Event()
@@ -254,20 +260,10 @@ def test_a_stop_after_the_first_round_delivers_both_batches_held(
         stop.set()  # from the first delivery on: the first round is the only one that claims
         return http(event)
 
-    rules = StopRules(max_runs=100, max_seconds=4 * WAIT_S)
-    try:
-        with http:
-            report = run_courier(
-                pg_conninfo,
-                "c1",
-                send,
-                lease_ms=LEASE_MS,
-                stop_rules=rules,
-                stop=stop,
-                rounds=rounds,
-            )
-    finally:
-        rounds.close()
+    with http:
+        report = _run(
+            pg_conninfo, rounds, send, StopRules(max_runs=100, max_seconds=4 * WAIT_S), stop
+        )
     assert (report.runs, report.stop_reason) == (3, "stopped")
     assert sorted(r["id"] for r in report.results if r["status"] == "done") == ids[:12]
     assert _statuses(pg_conninfo) == {"done": 12, "pending": 8}
