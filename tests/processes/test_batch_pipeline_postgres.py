@@ -301,16 +301,28 @@ def test_a_batched_courier_process_delivers_and_records_each_job_once(
         assert rows == [(attempts.CLAIMED, 1), ("ok", 1)], (job_id, rows)
 
 
-def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_leased(
-    tmp_path: Path, pg_conninfo: str, children: Children
+@pytest.mark.parametrize(
+    "kill_after, in_flight, most_leased",
+    [(3, slice(0, 4), 8), (6, slice(4, 8), 12)],
+    ids=["first-batch", "second-batch"],
+)
+def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_its_batches_leased(
+    tmp_path: Path,
+    pg_conninfo: str,
+    children: Children,
+    kill_after: int,
+    in_flight: slice,
+    most_leased: int,
 ) -> None:
-    """Killed right after the receiver committed its third delivery: the batch in flight
-    and the one claimed ahead stay leased until their leases end (the second batch
-    ahead is claimed only once the first batch's deliveries have all ended; the crash
-    cost is up to three times the batch), then a second courier delivers them again
-    and the inbox absorbs the re-sends."""
-    ids = _enqueued(pg_conninfo, 16)
-    killer = KillSenderAfter(3)
+    """Killed right after the receiver committed its ``kill_after``-th delivery: the
+    batch in flight and those claimed ahead stay leased until their leases end, then a
+    second courier delivers them again and the inbox absorbs the re-sends. In the
+    first batch, one batch at most is held ahead (the second is claimed only once the
+    first batch's deliveries have all ended); in the second, the batch claimed so
+    (and the first batch too, if its finish had not committed: the crash costs up to
+    three times the batch)."""
+    ids = _enqueued(pg_conninfo, 20)
+    killer = KillSenderAfter(kill_after)
     options = ("--batch", "4", "--in-flight", "2", "--lease-ms", "3000")
     with Receiver(tmp_path / "inbox.sqlite", interference=killer) as receiver:
         log1 = tmp_path / "c1.log"
@@ -320,10 +332,11 @@ def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_le
         rows = _rows(pg_conninfo)
         leased = {job_id for job_id, row in rows.items() if row["status"] == "leased"}
         assert {(rows[j]["owner"], rows[j]["token"]) for j in leased} == {("c1", 1)}
-        assert set(ids[:4]) <= leased, "the batch in flight"
-        assert 4 <= len(leased) <= 8, leased  # this batch, and the one claimed ahead if any
+        assert set(ids[in_flight]) <= leased, "the batch in flight"
+        assert 4 <= len(leased) <= most_leased, leased
         applied = effects_by_id(receiver.inbox.path)
-        assert 3 <= len(applied) <= 4 and set(applied) <= leased
+        assert kill_after <= len(applied) <= kill_after + 1
+        assert set(applied) - leased <= set(ids[: in_flight.start]), "done before the kill"
         killer.count = 0  # kills no more
         log2 = tmp_path / "c2.log"
         c2 = children.start(
@@ -336,7 +349,8 @@ def test_a_batched_courier_killed_mid_batch_on_postgresql_leaves_both_batches_le
     assert {rows[j]["token"] for j in leased} == {2}, "taken over once its lease ended"
     assert effects_by_id(tmp_path / "inbox.sqlite") == dict.fromkeys(ids, 1)
     by_id = {row["id"]: row for row in summary["rows"]}
-    assert all(by_id[job_id]["requests"] == 2 for job_id in applied), "re-sent, absorbed"
+    resent = set(applied) & leased
+    assert resent and all(by_id[job_id]["requests"] == 2 for job_id in resent), "absorbed"
 
 
 class _FailingClaims:
