@@ -218,7 +218,8 @@ class BatchRounds:
 
     ``timeout_ms`` bounds one delivery (the send's own timeout): a delivery starts
     only while its lease can cover it (rule 4). ``announce``, if given, is called
-    with each batch's tickets before its deliveries start (``courier run``'s attempt
+    with each batch's tickets and the time of their claim (the queue's time base)
+    before its deliveries start (``courier run``'s attempt
     log writes their claimed rows, ``AttemptLog.announcing_batches``); it must not
     raise. The ``send`` of each round takes the deliveries with ``start`` if it can
     (rule 1), else it is called from ``in_flight`` threads at once; a batch claimed
@@ -238,7 +239,7 @@ class BatchRounds:
         batch: int,
         in_flight: int,
         timeout_ms: int,
-        announce: Callable[[list[dict[str, Any]]], None] | None = None,
+        announce: Callable[[list[dict[str, Any]], int], None] | None = None,
         claims: QueueCalls | None = None,
     ) -> None:
         if type(batch) is not int or not 1 <= batch <= MAX_BATCH:
@@ -392,7 +393,7 @@ class BatchRounds:
             return None
         claimed = _Batch(tickets, claimed_at, time.monotonic(), queue.SimpleQueue())
         if self.announce is not None:
-            self.announce(tickets)
+            self.announce(tickets, claimed_at)
         if can_start(send):
             for ticket in tickets:
                 send.start(_Started(ticket, jitter(), claimed, self.timeout_ms))  # type: ignore[attr-defined]
@@ -519,7 +520,7 @@ def batch_rounds_for(
     batch: int,
     in_flight: int,
     timeout_ms: int,
-    announce: Callable[[list[dict[str, Any]]], None] | None = None,
+    announce: Callable[[list[dict[str, Any]], int], None] | None = None,
 ) -> BatchRounds:
     """The batched rounds ``courier run --batch`` makes on the queue at ``target``
     (``courier.runner.rounds_for``): on PostgreSQL with a connection of their own for

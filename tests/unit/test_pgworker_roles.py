@@ -86,7 +86,7 @@ def test_each_role_makes_its_own_calls(pg_conninfo: str, roles: dict[str, str]) 
         assert ticket is not None and ticket["id"] == "a"
         tickets = pgworker.claim_many(courier, "c1", now + 1, 2)
         assert [t["id"] for t in tickets] == ["b", "c"]
-        log.claimed_many([(t["id"], t["token"]) for t in tickets], "c1")
+        log.claimed_many([(t["id"], t["token"]) for t in tickets], "c1", now + 1)
         assert pgworker.finish(courier, ticket, "permanent", now + 2) == "dead"
         items = [{"ticket": t, "outcome": "ok", "delay_ms": 0} for t in tickets]
         assert pgworker.finish_many(courier, items, now + 2) == ["done", "done"]
