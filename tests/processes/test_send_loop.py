@@ -207,6 +207,49 @@ def test_a_connection_the_answer_did_not_keep_is_never_used_again() -> None:
     assert server.connections == 2  # type: ignore[attr-defined]
 
 
+class _KeepAliveThenClose(socketserver.BaseRequestHandler):
+    """Reads one request and answers it as HTTP/1.1 that keeps the connection (no
+    ``Connection: close``), then ends its side at once: the answer is corked and goes
+    out with the end of the connection in one segment, so the courier reads an answer
+    that allows reuse from a connection that has already ended."""
+
+    def handle(self) -> None:
+        self.server.connections += 1  # type: ignore[attr-defined]
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        self.request.shutdown(socket.SHUT_WR)  # the corked answer goes out with the FIN
+        self.server.done.wait(WAIT_S)  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's")
+def test_a_connection_ended_with_its_answer_is_not_used_for_the_delivery_waiting() -> None:
+    """Rule 3 within one pass of the loop: the second delivery waits while the first
+    one's answer is read, and begins at once; the connection, ended by the receiver
+    right behind that answer, is not used for it (it would read no answer)."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _KeepAliveThenClose)
+    server.daemon_threads = True
+    server.connections, server.done = 0, threading.Event()  # type: ignore[attr-defined]
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/d"
+        with _loop(url, 1, timeout_ms=2000) as loop:
+            ended = _deliver(loop, "j0", "j1")  # both handed over at once, one connection
+    finally:
+        server.done.set()  # type: ignore[attr-defined]
+        server.shutdown()
+        serving.join(timeout=10)
+        server.server_close()
+    assert [d.outcome for d in ended] == [True, True]
+    assert server.connections == 2  # type: ignore[attr-defined]
+
+
 def test_a_new_connection_is_opened_once_the_receiver_closed_the_idle_one(
     tmp_path: Path,
 ) -> None:
