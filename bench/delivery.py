@@ -26,6 +26,7 @@ from courier.inbox import Inbox
 from courier.receiver import Receiver
 from courier.runner import rounds_for, run_courier
 from courier.stop_rules import StopRules
+from courier.wire import READ_BYTES
 from tests.stores import Store
 from tests.stores.sqlite import SQLiteStore
 
@@ -90,22 +91,33 @@ _ANSWER = (
 )
 
 
-class _AnswerAtOnce(asyncio.Protocol):
+class _AnswerAtOnce(asyncio.BufferedProtocol):
     """One connection: each request read whole (its head, then ``Content-Length``
     bytes of body) is answered 200 with a small JSON body at once, and the
     connection kept, as the receiver keeps it; no inbox, no commit. Small on
     purpose: a server that costs a delivery little CPU, so that the courier's own
-    cost shows."""
+    cost shows. A buffered protocol, as the receiver's connections are: the loop
+    reads into ``READ_BYTES`` of this connection's own, where a plain ``Protocol``
+    gets a new bytes object of asyncio's 256 KiB read size for every read, a map
+    and an unmap of memory each, whose page faults and TLB flushes also cost the
+    other core, the courier's (docs/dev/2026-12-06-no-commit-courier-on-postgres.md)."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()
+        self.incoming = memoryview(bytearray(READ_BYTES))
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.incoming
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.incoming[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         assert self.transport is not None
         self.buffer += data
         answers = 0
