@@ -144,6 +144,20 @@ def classify_status(status: int) -> bool:
     raise worker.Permanent(f"receiver answered {status}")
 
 
+_EVENT_ORDER = ("id", "qty")
+
+
+def _body(event: dict[str, Any]) -> bytes:
+    """``event`` as JSON, ``json.dumps``'s very bytes: a queue's event (an identifier
+    ``id``, an int ``qty``, in that order) needs no escaping and is written at once,
+    about a fifth of ``json.dumps``'s time at each delivery; anything else is dumped."""
+    if tuple(event) == _EVENT_ORDER:
+        job_id, qty = event["id"], event["qty"]
+        if worker.is_identifier(job_id) and type(qty) is int:
+            return b'{"id": "%s", "qty": %d}' % (job_id.encode("ascii"), qty)
+    return json.dumps(event).encode("utf-8")
+
+
 class HttpSend:
     """``send`` for ``run_file``: POST one delivery as JSON to the receiver.
 
@@ -216,7 +230,7 @@ class HttpSend:
 
     def request(self, event: dict[str, Any]) -> bytes:
         """The whole request that delivers ``event``, as it is written."""
-        body = json.dumps(event).encode("utf-8")
+        body = _body(event)
         return b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
 
     def __call__(self, event: dict[str, Any]) -> bool:

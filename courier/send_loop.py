@@ -70,6 +70,7 @@ class _Slot:
     deadline: float = 0.0
     idle_since: float = 0.0
     addresses: _Addresses = field(default_factory=list)  # left to try for this connect
+    events: int = 0  # what the selector watches ``sock`` for; 0: not registered
 
 
 class SendLoop:
@@ -264,7 +265,7 @@ class SendLoop:
             sock.close()
             raise
         slot.sock, slot.state = sock, _CONNECTING
-        self._selector.register(sock, selectors.EVENT_WRITE, slot)
+        self._watch(slot, selectors.EVENT_WRITE)
 
     def _ready(self, slot: _Slot, mask: int) -> None:
         try:
@@ -364,19 +365,24 @@ class SendLoop:
             _guarded(lambda: delivery.end(outcome, cause))
 
     def _watch(self, slot: _Slot, events: int) -> None:
+        """Have the selector watch the slot's connection for ``events`` (kept in the
+        slot: a look into the selector's map cost a few lookups at each call)."""
         assert slot.sock is not None
-        key = self._selector.get_map().get(slot.sock)
-        if key is None:
-            self._selector.register(slot.sock, events, slot)
-        elif key.events != events:
+        if slot.events == events:
+            return
+        if slot.events:
             self._selector.modify(slot.sock, events, slot)
+        else:
+            self._selector.register(slot.sock, events, slot)
+        slot.events = events
 
     def _drop(self, slot: _Slot) -> None:
         """Close the slot's connection, if any."""
         sock, slot.sock, slot.state = slot.sock, None, _IDLE
         if sock is not None:
-            if sock in self._selector.get_map():
+            if slot.events:
                 self._selector.unregister(sock)
+            slot.events = 0
             sock.close()
 
 
