@@ -24,7 +24,6 @@ from tests.bench.quick import quick_record
 
 PHASES = ("enqueue", "claim", "finish", "cycle")
 DOCS = project_root() / "docs"
-PAGE_LINES = 150
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +166,6 @@ def test_the_performance_page_is_the_render_of_its_record() -> None:
     assert page == report.performance(recorded), (
         "regenerate: python -m bench.perf --render docs/performance.json --page docs/performance.md"
     )
-    assert len(page.splitlines()) <= PAGE_LINES
     assert re.search(r"\b\d{1,2}:\d{2}\b", page) is None, "a user page carries no clock time"
     assert str(recorded["meta"].get("git_head", "no head")) not in page
 
