@@ -18,13 +18,14 @@ from bench.measure import fleet as start_fleet
 from bench.measure import fleet_totals
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
-from courier.attempts import AttemptLog, sidecar_path
-from courier.batch_rounds import batch_rounds_for, waits
+from courier.attempts import sidecar_path
+from courier.batch_rounds import waits
 from courier.clock import clock_ms
 from courier.delivery import Cause, HttpSend, HttpSends
 from courier.inbox import Inbox
 from courier.receiver import Receiver
-from courier.runner import rounds_for, run_courier
+from courier.run_parts import run_parts
+from courier.runner import run_courier
 from courier.stop_rules import StopRules
 from courier.wire import READ_BYTES
 from tests.stores import Store
@@ -308,9 +309,9 @@ def courier_run(
     target: str, url: str, seconds: float, batch: int = 1, in_flight: int = 1
 ) -> dict[str, Any]:
     """What ``courier run QUEUE --batch B --in-flight M`` does for ``seconds``, in this
-    process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``), the
-    rounds ``courier run`` makes (``batch_rounds_for`` the queue for a batch), the attempt
-    log with its claimed rows as ``courier run`` writes them. Today's courier (``batch``
+    process, its log discarded: ``HttpSend`` (``HttpSends`` of ``in_flight``), and the
+    attempt log, rounds and send ``courier run`` makes of it (``courier.run_parts``).
+    Today's courier (``batch``
     1) keeps ``courier run``'s defaults (``LEASE_MS``); a batched one has
     ``BATCH_LEASE_MS``, whose default timeout is the same 750 ms a delivery."""
     lease_ms, timeout_ms = (
@@ -322,32 +323,23 @@ def courier_run(
         if in_flight == 1
         else HttpSends(url, owner, timeout_ms, in_flight)
     )
-    # As courier run: the claimed rows of a batch at once, before its deliveries, after
-    # the outcome rows of the rounds before; of one job, as its delivery starts.
-    attempts = AttemptLog(target, outcomes_with_claims=batch > 1)
-    sending: Any = send
-    if batch > 1:
-        announce = attempts.announcing_batches(owner, _quiet)
-        rounds: Any = batch_rounds_for(target, batch, in_flight, timeout_ms, announce)
-    else:
-        rounds, sending = rounds_for(target), attempts.announcing(send, owner, _quiet)
+    parts = run_parts(target, send, owner, batch, in_flight, timeout_ms, _quiet)  # as courier run
     rules = StopRules(max_runs=10**7, max_seconds=seconds)
     start = time.monotonic()
     try:
         report = run_courier(
             target,
             owner,
-            sending,
+            parts.send,
             lease_ms=lease_ms,
             stop_rules=rules,
             log=_quiet,
-            rounds=rounds,
-            attempts=attempts,
+            rounds=parts.rounds,
+            attempts=parts.attempts,
         )
     finally:
         spent = time.monotonic() - start
-        rounds.close()
-        attempts.close()
+        parts.close()
         send.close()
     done = sum(1 for result in report.results if result["status"] == "done")
     return {

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from courier import backend, bulk
-from courier.attempts import AttemptLog
-from courier.batch_rounds import MAX_BATCH, batch_rounds_for, lease_covers, waits
+from courier.batch_rounds import MAX_BATCH, lease_covers, waits
 from courier.commands.connection import transient_trouble, wait_for_queue
 from courier.commands.options import (
     MAX_LEASE_MS,
@@ -41,6 +40,7 @@ from courier.delivery import HttpSend, HttpSends
 from courier.interference import ReplyDelay
 from courier.log_lines import LogLines
 from courier.receiver import Receiver
+from courier.run_parts import run_parts
 from courier.runner import run_courier
 from courier.stop_rules import StopRules
 from courier.stop_signal import stop_on_signals
@@ -286,28 +286,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if rules.max_seconds is not None:
         left = max(rules.max_seconds - (time.monotonic() - started), 0.001)
         rules = dataclasses.replace(rules, max_seconds=left)
-    # In batches, a round's outcome rows go with the next batch's claimed rows.
-    attempts = AttemptLog(args.queue, outcomes_with_claims=batch > 1)
-    rounds = None
-    if batch > 1:  # a batch's claimed rows are written at once, before its deliveries
-        announce = attempts.announcing_batches(owner, log)
-        rounds = batch_rounds_for(args.queue, batch, in_flight, timeout_ms, announce)
+    parts = run_parts(args.queue, send, owner, batch, in_flight, timeout_ms, log)
     try:
         report = run_courier(
             args.queue,
             owner,
-            send if rounds is not None else attempts.announcing(send, owner, log),
+            parts.send,
             lease_ms=lease_ms,
             stop_rules=rules,
             stop=stop,
             log=log,
-            attempts=attempts,
-            rounds=rounds,
+            attempts=parts.attempts,
+            rounds=parts.rounds,
         )
     finally:
-        if rounds is not None:
-            rounds.close()
-        attempts.close()
+        parts.close()
         http.close()
     statuses: dict[str, int] = {}
     for result in report.results:
