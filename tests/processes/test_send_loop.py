@@ -172,59 +172,73 @@ def test_a_connection_is_kept_while_the_server_keeps_it(closing: bool) -> None:
     assert server.connections == (3 if closing else 1)
 
 
-class _OneAnswerEach(socketserver.BaseRequestHandler):
-    """Reads one request, answers it in HTTP/1.0 (a connection not to be used again),
-    then keeps the connection open without reading, until the server's ``done``."""
+class _AnswerServer(socketserver.ThreadingTCPServer):
+    """A server on 127.0.0.1 (an OS-assigned port) whose handler reads one request
+    whole, then ``answer``s it; it counts the connections, and keeps each open
+    without reading until ``done``."""
+
+    daemon_threads = True
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(("127.0.0.1", 0), _OneRequest)
+        self.answer = answer
+        self.connections = 0
+        self.done = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/d"
+
+
+class _OneRequest(socketserver.BaseRequestHandler):
+    server: _AnswerServer
 
     def handle(self) -> None:
-        self.server.connections += 1  # type: ignore[attr-defined]
+        self.server.connections += 1
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = self.request.recv(65536)
             if not chunk:
                 return
             data += chunk
-        self.request.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        self.server.done.wait(WAIT_S)  # type: ignore[attr-defined]
+        self.server.answer(self.request)
+        self.server.done.wait(WAIT_S)
 
 
-def test_a_connection_the_answer_did_not_keep_is_never_used_again() -> None:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _OneAnswerEach)
-    server.daemon_threads = True
-    server.connections, server.done = 0, threading.Event()  # type: ignore[attr-defined]
+@contextmanager
+def _answer_server(answer: Any) -> Iterator[_AnswerServer]:
+    server = _AnswerServer(answer)
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     serving.start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/d"
-        with _loop(url, 1, timeout_ms=2000) as loop:
-            ended = [_deliver(loop, f"j{n}")[0] for n in range(2)]  # one after the other
+        yield server
     finally:
-        server.done.set()  # type: ignore[attr-defined]
+        server.done.set()
         server.shutdown()
         serving.join(timeout=10)
         server.server_close()
+
+
+def _http_1_0(sock: socket.socket) -> None:
+    """Answers in HTTP/1.0: a connection not to be used again."""
+    sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+
+def test_a_connection_the_answer_did_not_keep_is_never_used_again() -> None:
+    with _answer_server(_http_1_0) as server, _loop(server.url, 1, timeout_ms=2000) as loop:
+        ended = [_deliver(loop, f"j{n}")[0] for n in range(2)]  # one after the other
     assert [d.outcome for d in ended] == [True, True]  # not a timeout on the open one
-    assert server.connections == 2  # type: ignore[attr-defined]
+    assert server.connections == 2
 
 
-class _KeepAliveThenClose(socketserver.BaseRequestHandler):
-    """Reads one request and answers it as HTTP/1.1 that keeps the connection (no
-    ``Connection: close``), then ends its side at once: the answer is corked and goes
-    out with the end of the connection in one segment, so the courier reads an answer
-    that allows reuse from a connection that has already ended."""
-
-    def handle(self) -> None:
-        self.server.connections += 1  # type: ignore[attr-defined]
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.request.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        self.request.shutdown(socket.SHUT_WR)  # the corked answer goes out with the FIN
-        self.server.done.wait(WAIT_S)  # type: ignore[attr-defined]
+def _kept_then_ended(sock: socket.socket) -> None:
+    """Answers as HTTP/1.1 that keeps the connection (no ``Connection: close``), then
+    ends its side at once: the answer is corked and goes out with the end of the
+    connection in one segment, so the courier reads an answer that allows reuse from a
+    connection that has already ended."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+    sock.shutdown(socket.SHUT_WR)  # the corked answer goes out with the FIN
 
 
 @pytest.mark.skipif(not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's")
@@ -232,22 +246,10 @@ def test_a_connection_ended_with_its_answer_is_not_used_for_the_delivery_waiting
     """Rule 3 within one pass of the loop: the second delivery waits while the first
     one's answer is read, and begins at once; the connection, ended by the receiver
     right behind that answer, is not used for it (it would read no answer)."""
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _KeepAliveThenClose)
-    server.daemon_threads = True
-    server.connections, server.done = 0, threading.Event()  # type: ignore[attr-defined]
-    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    serving.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/d"
-        with _loop(url, 1, timeout_ms=2000) as loop:
-            ended = _deliver(loop, "j0", "j1")  # both handed over at once, one connection
-    finally:
-        server.done.set()  # type: ignore[attr-defined]
-        server.shutdown()
-        serving.join(timeout=10)
-        server.server_close()
+    with _answer_server(_kept_then_ended) as server, _loop(server.url, 1, 2000) as loop:
+        ended = _deliver(loop, "j0", "j1")  # both handed over at once, one connection
     assert [d.outcome for d in ended] == [True, True]
-    assert server.connections == 2  # type: ignore[attr-defined]
+    assert server.connections == 2
 
 
 def test_a_new_connection_is_opened_once_the_receiver_closed_the_idle_one(
