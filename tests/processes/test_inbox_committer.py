@@ -97,6 +97,53 @@ def test_submitted_writes_commit_together_in_order_and_come_back_after_the_commi
     assert inbox.summary()["requests"] == 5
 
 
+def test_a_group_is_judged_against_the_inbox_and_the_deliveries_before_it(
+    tmp_path: Path,
+) -> None:
+    """One group, as the receiver's group commit writes it together: ids the inbox
+    already holds and ids new to it, each judged after the ones before it in the
+    group, their request rows in arrival order with their statuses."""
+    path = tmp_path / "inbox.sqlite"
+    inbox = Inbox(path)
+    assert inbox.deliver("a", 1, "c1", REQUEST) == "applied"  # committed before the group
+    settled = Settled(path)
+    inbox.start_committing(settled)
+    given = [("a", 1), ("a", 2), ("b", 1), ("b", 1), ("b", 2), ("c", 5)]
+    try:
+        holder = held(path)
+        try:
+            for n, (job_id, qty) in enumerate(given):
+                inbox.submit_delivery(job_id, qty, f"s{n}", REQUEST, n)
+            inbox.submit_request(REQUEST, 422, None, "s6", 6)
+            deadline = time.monotonic() + WAIT_S
+            while inbox.waiting_writes() < 7 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert inbox.waiting_writes() == 7
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        outcomes = settled.wait_for(7)
+    finally:
+        inbox.stop_committing()
+        inbox.close()
+    verdicts = ["duplicate", "conflict", "applied", "duplicate", "conflict", "applied", None]
+    assert outcomes == list(enumerate(verdicts))
+    assert (inbox.commits, inbox.writes) == (2, 8), "the first delivery's commit, then one group"
+    assert inbox.effects() == [("a", 1), ("b", 1), ("c", 5)]
+    rows = [(r["delivery_id"], r["sender"], r["status"]) for r in inbox.requests()]
+    assert rows == [
+        ("a", "c1", 200),
+        ("a", "s0", 200),
+        ("a", "s1", 409),
+        ("b", "s2", 200),
+        ("b", "s3", 200),
+        ("b", "s4", 409),
+        ("c", "s5", 200),
+        (None, "s6", 422),
+    ]
+    assert inbox.summary()["inbox_rows"] == 3
+
+
 def test_a_write_that_fails_alone_fails_alone(tmp_path: Path) -> None:
     path = tmp_path / "inbox.sqlite"
     inbox = Inbox(path)
