@@ -16,7 +16,6 @@ from typing import Any
 import worker
 from bench.measure import fleet as start_fleet
 from bench.measure import fleet_totals
-from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from courier.attempts import sidecar_path
 from courier.batch_rounds import waits
@@ -32,8 +31,8 @@ from tests.stores import Store
 from tests.stores.sqlite import SQLiteStore
 
 __all__ = ["BATCH", "BUILDS_ON", "GOALS", "IN_FLIGHT", "LAYERS", "LEASE_MS", "SIDES"]
-__all__ += ["breakdown", "courier", "courier_run", "fleet", "http_alone", "serve", "serving"]
-__all__ += ["side_by_side"]
+__all__ += ["breakdown", "calls_alone", "courier", "courier_run", "fleet", "http_alone", "serve"]
+__all__ += ["serving", "side_by_side"]
 
 LEASE_MS = 1000  # courier run's --lease-ms default
 TIMEOUT_MS = LEASE_MS * 3 // 4  # and its --timeout-ms default
@@ -58,7 +57,10 @@ SIDES = {
 # that answers 200 at once (``http``), and to the real receiver (``inbox``): the ceiling of
 # HTTP on this machine, and of the receiver's group commit, that no courier can pass.
 ALONE = {"http": "HTTP", "inbox": "receiver"}
-CALL_BATCHES = 40  # claim_many + finish_many cycles of BATCH: the batch calls' own rate
+# The sides with a queue (SIDES and ``calls``) each start on a fresh queue of this many
+# due jobs a second of the window: more than the batch calls take alone, so that every
+# side meets a queue of one size, the calls alone included (``calls_alone``).
+BATCH_JOBS_PER_SECOND_CEILING = 30_000
 # Issue 33's goals: deliveries a second of the batched courier to the real receiver, by
 # backend; its share of the batch calls' own rate against a receiver that does not commit.
 GOALS = {"sqlite": 2_000.0, "postgres": 5_000.0, "overhead": 0.5}
@@ -421,6 +423,35 @@ def http_alone(url: str, seconds: float, in_flight: int = IN_FLIGHT) -> dict[str
     }
 
 
+def calls_alone(store: Store, where: str, seconds: float) -> dict[str, Any]:
+    """``claim_many`` + ``finish_many`` of ``BATCH``, one after the other on one
+    connection for ``seconds``, on the queue of ``store`` at ``where`` (filled as the
+    couriers' queues are): the batch calls' own rate, in the couriers' conditions and
+    over as long a window."""
+    module = store.module()
+    con = store.connect(where)
+    done = cycles = 0
+    start = time.perf_counter()
+    try:
+        while time.perf_counter() < start + seconds:
+            now = clock_ms()
+            tickets = module.claim_many(con, "bench", now, BATCH, BATCH_LEASE_MS)
+            if not tickets:
+                raise RuntimeError("nothing was claimable: the queue ran dry")
+            items = [{"ticket": ticket, "outcome": "ok", "delay_ms": 0} for ticket in tickets]
+            done += module.finish_many(con, items, now).count("done")
+            cycles += 1
+        spent = time.perf_counter() - start
+    finally:
+        con.close()
+    return {
+        "count": done,
+        "cycles": cycles,
+        "seconds": round(spent, 3),
+        "per_s": round(done / spent, 1),
+    }
+
+
 def _side(name: str, store: Store, folder: Path, seconds: float, label: str) -> dict[str, Any]:
     """One side of a round (``SIDES``, ``ALONE``, or ``calls``) on a fresh queue of ``store``
     (no queue for ``ALONE``)."""
@@ -429,20 +460,17 @@ def _side(name: str, store: Store, folder: Path, seconds: float, label: str) -> 
             figure = http_alone(served.url, seconds)
         figure["inbox"] = served.inbox
         return figure
-    if name == "calls":
-        with store.queue(label) as con:
-            calls = Calls(store.module(), con, BATCH)
-            timed = timed_phases(calls, CALL_BATCHES, 60.0, lambda: store.settle(con))
-        return timed["cycle"].as_dict()
-    batch, in_flight, server = SIDES[name]
     where = store.fresh(label)
     try:
         con = store.connect(where)
         try:
-            fill(con, int(JOBS_PER_SECOND_CEILING * 4 * seconds) + 1_000, clock_ms())
+            fill(con, int(BATCH_JOBS_PER_SECOND_CEILING * seconds) + 1_000, clock_ms())
             store.settle(con)
         finally:
             con.close()
+        if name == "calls":
+            return calls_alone(store, where, seconds)
+        batch, in_flight, server = SIDES[name]
         with serving(server, folder / f"inbox-{label}.sqlite") as served:
             figure = courier_run(where, served.url, seconds, batch, in_flight)
         figure["inbox"] = served.inbox

@@ -19,8 +19,11 @@ import pytest
 
 from bench import ceilings, delivery, peers, report, slowpaths
 from bench.measure import percentile, run_counted
+from bench.rows import fill
+from courier.clock import clock_ms
 from courier.procs import project_root
 from tests.bench.quick import quick_record
+from tests.stores.sqlite import SQLiteStore
 
 PHASES = ("enqueue", "claim", "finish", "cycle")
 DOCS = project_root() / "docs"
@@ -186,3 +189,32 @@ def test_timing_helpers_count_jobs_and_rank_percentiles() -> None:
     assert timed.count == 10
     assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
     assert percentile([float(v) for v in range(1, 101)], 99) == 99.0
+
+
+def test_the_calls_alone_finish_every_job_they_claim_and_stop_when_the_queue_runs_dry(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(str(tmp_path))
+    where = store.fresh("calls")
+    con = store.connect(where)
+    try:
+        fill(con, 64 * 3 + 10, clock_ms())
+    finally:
+        con.close()
+    with pytest.raises(RuntimeError, match="ran dry"):  # 4 cycles, then nothing claimable
+        delivery.calls_alone(store, where, 30.0)
+    con = store.connect(where)
+    try:
+        rows = store.rows(con)["jobs"]
+    finally:
+        con.close()
+    assert len(rows) == 202 and all(row[3] == "done" for row in rows)
+    fresh = store.fresh("more")
+    con = store.connect(fresh)
+    try:
+        fill(con, 64 * 50, clock_ms())
+    finally:
+        con.close()
+    figure = delivery.calls_alone(store, fresh, 0.05)
+    assert figure["count"] == 64 * figure["cycles"] > 0
+    assert figure["per_s"] == pytest.approx(figure["count"] / figure["seconds"], rel=0.05)
