@@ -268,6 +268,12 @@ def batched(part: dict[str, Any], backend: str, titled: bool = True) -> str:
         "no_commit_rate": float(part["no_commit"]["per_s"]),
         "calls_rate": float(part["calls"]["per_s"]),
         "overhead": overhead,
+        "overhead_rounds": ", ".join(
+            f"{float(courier) / float(calls):.2f}" if float(calls) else "-"
+            for courier, calls in zip(
+                part["no_commit"]["rounds_per_s"], part["calls"]["rounds_per_s"], strict=True
+            )
+        ),
         "overhead_goal": GOALS["overhead"],
         "overhead_met": _met(overhead, GOALS["overhead"]),
     }
