@@ -136,10 +136,11 @@ _INSERT_MANY = f"""INSERT INTO {TABLE}
 # comes with its time.
 _COPY = f"""COPY {TABLE}
   (id, token, owner, at_ms, outcome, status, kind, http_status, detail) FROM STDIN"""
-_PG_NOW_MS = "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)"
 CLAIMED = "claimed"  # the outcome of a row written as a delivery starts
-# The claimed row: the token is the one of the lease the courier holds on the job (the
-# courier's claim committed just before), the time the queue's time base.
+# One delivery's claimed row: the token is the one of the lease the courier holds on the
+# job (the courier's claim committed just before), the time the queue's time base (on
+# PostgreSQL the server's clock as the statement runs).
+_PG_NOW_MS = "CAST(extract(epoch FROM clock_timestamp()) * 1000 AS BIGINT)"
 _INSERT_CLAIMED = {
     "sqlite": f"""INSERT INTO {TABLE} (id, token, owner, at_ms, outcome, status)
   VALUES (:id, (SELECT token FROM queue.jobs
