@@ -47,7 +47,7 @@ fuzz: $(STAMP)
 	@test -n "$(FUZZ_MODULE_$(MODE))" || { echo "MODE must be lockstep, parallel, parallel-postgres, parallel-real or exhaustive"; exit 2; }
 	$(PY) -m $(FUZZ_MODULE_$(MODE))
 
-## bench: the performance benchmark (about 6 min; never on tmpfs), see docs/performance.md; then the change feed's cost (docs/conform.json)
+## bench: the performance benchmark (about 9 min with the feed's cost; never on tmpfs), see docs/performance.md; then the change feed's cost (docs/conform.json)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
