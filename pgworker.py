@@ -703,7 +703,10 @@ def _settle(
     fields = {key: [settlements[n][0][key] for n in sent] for key in TICKET_KEYS}
     fields |= {"n": sent, "outcome": [settlements[n][1] for n in sent]}
     fields["delay_ms"] = [settlements[n][2] for n in sent]
-    params = {key: values[0] if size == "one" else values for key, values in fields.items()}
+    if size == "one":
+        params: dict[str, Any] = {key: values[0] for key, values in fields.items()}
+    else:
+        params = {key: _array_text(values) for key, values in fields.items()}
     params["now"] = now_ms
     statuses: list[str | bool] = [False] * len(settlements)
     with _statement_transaction(con, fault) as hooks:
@@ -712,6 +715,20 @@ def _settle(
         if any(statuses):
             hooks.reached("after-finish")
     return statuses
+
+
+def _array_text(values: list[Any]) -> str:
+    """``values`` in PostgreSQL's text form of an array, for a ``%s::type[]`` parameter.
+
+    psycopg would dump a list element by element in Python, about 4 us a job of a
+    batch's ``finish_many``; this is one join. It is exact only for what a settlement
+    holds once validated: ints, and strs that are identifiers or outcomes (ASCII
+    letters, digits, ``_`` and ``-``: no quote, backslash, comma, brace or space).
+    Each str is quoted all the same, or an identifier spelled ``NULL`` would be read
+    as a null."""
+    if values and type(values[0]) is str:
+        return '{"' + '","'.join(values) + '"}'
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 # --- 6. redrive ----------------------------------------------------------------

@@ -240,6 +240,45 @@ def test_a_single_claim_and_finish_are_planned_once_and_leave_the_planner_as_it_
     assert pg_con.info.transaction_status == TransactionStatus.IDLE
 
 
+# --- a batch's settlements ------------------------------------------------------------------
+
+
+def settle_a_batch(module: Any, con: Any) -> list[Any]:
+    """Jobs whose ids are the identifiers an array's text could misread (``NULL``, digits,
+    a lone ``-``, 64 characters), claimed by an owner spelled ``NULL``, then finished in
+    one batch with every outcome, one ticket stale and one given twice."""
+    ids = ["NULL", "null", "9", "-", "_", "a" * 64]
+    for job_id in ids:
+        module.enqueue(con, {"id": job_id, "qty": 2}, 0, 10_000)
+    tickets = module.claim_many(con, "NULL", 0, len(ids), 1_000)
+    assert [ticket["id"] for ticket in tickets] == ids
+    stale = {**tickets[3], "token": tickets[3]["token"] + 1}
+    outcomes = ["ok", "retry", "permanent", "ok", "retry", "ok"]
+    results = [
+        {"ticket": ticket, "outcome": outcome, "delay_ms": 5}
+        for ticket, outcome in zip([*tickets[:3], stale, *tickets[4:]], outcomes, strict=True)
+    ]
+    results.append({"ticket": tickets[0], "outcome": "ok", "delay_ms": 0})
+    rows = con.execute(
+        "SELECT id, status, reason, available_at, owner, lease_until FROM jobs ORDER BY seq"
+    ).fetchall()
+    return [module.finish_many(con, results, 10), [tuple(row) for row in rows]]
+
+
+def test_a_batch_is_settled_as_worker_settles_it_whatever_its_ids(
+    pg_con: Connection, tmp_path: Any
+) -> None:
+    """finish_many sends a batch's fields as arrays in PostgreSQL's text form: an id or an
+    owner spelled ``NULL`` must stay a string there, every item judged on its own."""
+    file = worker.open_queue(tmp_path / "queue.sqlite")
+    try:
+        expected = settle_a_batch(worker, file)
+    finally:
+        file.close()
+    assert expected[0] == ["done", "pending", "dead", False, "pending", "done", False]
+    assert settle_a_batch(pgworker, pg_con) == expected
+
+
 # --- concurrency on one server -------------------------------------------------------------
 
 
