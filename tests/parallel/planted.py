@@ -17,6 +17,7 @@ lockstep catches it and what the parallel suite takes to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -595,6 +596,13 @@ def lockstep(bug: Plant, folder: Path, timeout_s: int = 900) -> dict[str, object
     return {"lockstep_catches": caught, "lockstep_s": round(time.monotonic() - started, 1)}
 
 
+def _cell(result: dict[str, object], key: str, unit: str = "") -> str:
+    """A measured figure of ``result``, or "-" where its run did not measure it (``--first``
+    shrinks nothing; without ``--lockstep`` the sequential suite is not run; a plant never
+    caught has no first failure)."""
+    return "-" if result.get(key) is None else f"{result[key]}{unit}"
+
+
 def table(results: list[dict[str, object]]) -> str:
     """The measured plants as the markdown table of ``docs/testing.md``."""
     lines = [
@@ -604,13 +612,19 @@ def table(results: list[dict[str, object]]) -> str:
     ]
     for result in results:
         bug = BY_NAME[str(result["plant"])]
-        seq = "catches it" if result.get("lockstep_catches") else "passes"
+        cell = functools.partial(_cell, result)
+        lockstep = result.get("lockstep_catches")
+        seq = "-" if lockstep is None else "catches it" if lockstep else "passes"
+        shrunk = (
+            "-"
+            if result.get("shrunk_calls") is None
+            else f"{result['shrunk_calls']} calls, {result['shrunk_branches']} branches"
+        )
         lines.append(
-            f"| `{bug.name}` | {bug.summary} | {seq} | {result['programs_to_first_failure']}"
-            f" | {result['first_failure_s']} s | {result['shrink_s']} s"
-            f" | {result['shrunk_calls']} calls, {result['shrunk_branches']} branches"
-            f" | {result['schedule_steps']} steps | {result['replays_failed']}"
-            f" | {result['caught_by']} |"
+            f"| `{bug.name}` | {bug.summary} | {seq} | {cell('programs_to_first_failure')}"
+            f" | {cell('first_failure_s', ' s')} | {cell('shrink_s', ' s')} | {shrunk}"
+            f" | {cell('schedule_steps', ' steps')} | {cell('replays_failed')}"
+            f" | {cell('caught_by')} |"
         )
     return "\n".join(lines)
 

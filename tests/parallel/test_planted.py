@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.planted import BY_NAME, PLANTS, Plant, first_failures, hunt, rates
+from tests.parallel.planted import BY_NAME, PLANTS, Plant, first_failures, hunt, rates, table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +54,15 @@ def test_a_first_only_hunt_stops_at_the_first_failure_of_cis_sequence(
     assert [case.name for case in (tmp_path / "failures").iterdir()] == [
         "parallel-sqlite-send-inside-claim.json"
     ], "the failing case is saved where the environment says"
+
+
+def test_the_table_shows_what_a_run_did_not_measure_as_a_dash() -> None:
+    """``--table`` of a ``--first`` run (nothing shrunk, no lockstep) or of a plant never
+    caught: a dash in each cell not measured, not a traceback nor a made-up "passes"."""
+    first = {"plant": "send-inside-claim", "caught": True, "first_failure_s": 0.2}
+    first["programs_to_first_failure"] = 1
+    never = {"plant": "finish-checks-then-updates", "caught": False, "lockstep_catches": False}
+    lines = table([first, never]).splitlines()
+    cells = [[cell.strip() for cell in line.split(" | ")[2:]] for line in lines[2:]]
+    assert cells[0] == ["-", "1", "0.2 s", "-", "-", "-", "-", "- |"]
+    assert cells[1] == ["passes", "-", "-", "-", "-", "-", "-", "- |"]
