@@ -34,7 +34,15 @@ from typing import Any
 
 from bench import delivery
 from bench import postgres as pg_bench
-from bench.measure import add_record_options, fleet, fleet_totals, log, paired, record_or_render
+from bench.measure import (
+    add_record_options,
+    fleet,
+    fleet_totals,
+    log,
+    paired,
+    record_or_render,
+    refuse_unwritable,
+)
 from bench.ops import Calls, phases
 from bench.rows import fill
 from bench.server import postgres_server
@@ -329,11 +337,14 @@ def summary(record: dict[str, Any]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.conform", description=__doc__.split("\n\n")[0] if __doc__ else None
+    )
     add_record_options(parser, page=None)
     parser.add_argument("--no-postgres", action="store_true", help="the queue file only")
     parser.add_argument("--follow-only", action="store_true", help="only --follow's lag")
     args = parser.parse_args(argv)
+    refuse_unwritable(parser, args, page=None)
     settings = QUICK if args.quick else Settings()
     if args.no_postgres:
         settings = Settings(**{**asdict(settings), "postgres": False})

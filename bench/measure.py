@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["T0_MS", "Timed", "add_record_options", "fleet", "fleet_totals", "load_average"]
 __all__ += ["log", "median_of_rounds", "paired", "percentile", "record_or_render"]
-__all__ += ["publish", "write_page"]
+__all__ += ["publish", "refuse_unwritable", "write_page"]
 
 # The virtual time base of every single-process measurement: the queues never read a
 # clock, so a fixed "now" (plus a millisecond per step where the order matters) makes
@@ -249,11 +249,47 @@ def write_page(page: Path | None, body: str, markers: tuple[str, str] | None = N
     if markers is None:
         page.write_text(body, encoding="utf-8")
         return
-    head, found, rest = page.read_text(encoding="utf-8").partition(markers[0])
+    head, tail = _around_section(page, page.read_text(encoding="utf-8"), markers)
+    page.write_text(f"{head}{markers[0]}\n{body}{markers[1]}{tail}", encoding="utf-8")
+
+
+def _around_section(page: Path, text: str, markers: tuple[str, str]) -> tuple[str, str]:
+    """What stands before the section ``markers`` of ``text`` and after it; ``ValueError``
+    if ``page`` has no such section."""
+    head, found, rest = text.partition(markers[0])
     _, ended, tail = rest.partition(markers[1])
     if not (found and ended):
         raise ValueError(f"{page} has no {markers[0]!r} ... {markers[1]!r} section")
-    page.write_text(f"{head}{markers[0]}\n{body}{markers[1]}{tail}", encoding="utf-8")
+    return head, tail
+
+
+def refuse_unwritable(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    page: str | None = "--doc",
+    markers: tuple[str, str] | None = None,
+) -> None:
+    """Stop with a usage error, before anything is measured, if what the run writes at
+    its end could not be written: ``--json`` in a missing folder, or the page of the
+    option ``page`` missing, or without its section ``markers`` (a page written whole
+    needs only its folder). Minutes of measuring would otherwise end in a traceback,
+    the record lost."""
+    measures = getattr(args, "render", None) is None  # --render writes no --json
+    if measures and args.json is not None and not args.json.parent.is_dir():
+        parser.error(f"--json {args.json}: there is no folder {args.json.parent}")
+    path = None if page is None else getattr(args, page.lstrip("-").replace("-", "_"))
+    if path is None:
+        return
+    if markers is None:
+        if not path.parent.is_dir():
+            parser.error(f"{page} {path}: there is no folder {path.parent}")
+        return
+    if not path.is_file():
+        parser.error(f"{page} {path}: no such file (the section goes into a page with its markers)")
+    try:
+        _around_section(path, path.read_text(encoding="utf-8"), markers)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        parser.error(f"{page} {path}: {error}")
 
 
 def log(line: str) -> None:

@@ -17,7 +17,14 @@ from typing import Any
 
 import worker
 from bench import ceilings, delivery, peers, report, slowpaths
-from bench.measure import add_record_options, log, median_of_rounds, publish, record_or_render
+from bench.measure import (
+    add_record_options,
+    log,
+    median_of_rounds,
+    publish,
+    record_or_render,
+    refuse_unwritable,
+)
 from bench.ops import Calls, timed_phases
 from tests.stores.sqlite import SQLiteStore
 
@@ -154,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__)
     add_record_options(parser, "--page")
     args = parser.parse_args(argv)
+    refuse_unwritable(parser, args, "--page")
     settings = QUICK if args.quick else Settings()
     record = record_or_render(args, argv, "bench.perf", lambda work: run(work, settings))
     return publish(args.page, report.performance(record))

@@ -16,7 +16,15 @@ import pgworker
 import worker
 from bench import delivery, report, slowpaths
 from bench.ceilings import raw_fsync
-from bench.measure import add_record_options, fleet, fleet_totals, log, publish, record_or_render
+from bench.measure import (
+    add_record_options,
+    fleet,
+    fleet_totals,
+    log,
+    publish,
+    record_or_render,
+    refuse_unwritable,
+)
 from bench.ops import Calls, timed_phases
 from bench.rows import fill
 from bench.server import Server, postgres_server
@@ -177,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.postgres", description=__doc__)
     add_record_options(parser)
     args = parser.parse_args(argv)
+    refuse_unwritable(parser, args, "--doc", report.POSTGRES_MARKS)
     record = record_or_render(args, argv, "bench.postgres", lambda work: run(work, args.quick))
     return publish(args.doc, report.postgres(record), report.POSTGRES_MARKS)
 

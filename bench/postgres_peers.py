@@ -17,7 +17,15 @@ from typing import Any
 
 import pgworker
 from bench import report
-from bench.measure import T0_MS, add_record_options, fleet, log, publish, record_or_render
+from bench.measure import (
+    T0_MS,
+    add_record_options,
+    fleet,
+    log,
+    publish,
+    record_or_render,
+    refuse_unwritable,
+)
 from bench.ops import Calls, event, expect
 from bench.server import Server, postgres_server
 from courier import backend
@@ -370,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only", choices=sorted(CONTESTANTS), action="append", help="this contestant alone"
     )
     args = parser.parse_args(argv)
+    refuse_unwritable(parser, args, "--doc", report.PEERS_MARKS)
     names = args.only or list(CONTESTANTS)
     measure = lambda work: run(work, names, args.quick)  # noqa: E731
     record = record_or_render(args, argv, "bench.postgres_peers", measure)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.measure import T0_MS, add_record_options, percentile, record_or_render
+from bench.measure import T0_MS, add_record_options, percentile, record_or_render, refuse_unwritable
 from bench.ops import Calls, cycle_times
 from bench.rows import fill
 from bench.server import postgres_server
@@ -181,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cycles", type=int, default=100, help="timed cycles per queue")
     parser.add_argument("--scale", type=float, default=1.0, help="sizes times this")
     args = parser.parse_args(argv)
+    refuse_unwritable(parser, args, page=None)
     cases = args.case or (SQLITE_CASES if args.backend == "sqlite" else POSTGRES_CASES)
     cycles, scale = (3, 0.01) if args.quick else (args.cycles, args.scale)
 
