@@ -691,7 +691,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_seed and not args.seeds:
         parser.error("--from-seed says where the seeds of --seeds start")
     if args.table:
-        print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+        try:
+            recorded = json.loads(args.table.read_text(encoding="utf-8"))
+            print(table(recorded))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as failed:
+            said = f"planted: --table {args.table}: not a recorded --json file ({failed})"
+            parser.exit(2, said + "\n")
         return 0
     from tests.postgres import session_server
 

@@ -177,9 +177,11 @@ class Schedule:
         return Switches(flags=self.flags, explicit=self.explicit)
 
     def __repr__(self) -> str:
+        """The decisions that switch, as valid Python (``Schedule(switch_at=[1])``):
+        hypothesis prints a drawn value by its repr only if that parses, and otherwise as
+        the call that made it, here ``cut`` of all the drawn flags, one a line."""
         marked = [n for n, flag in enumerate(self.flags) if flag]
-        shown = f"switch at decisions {marked}" if marked else "never switch"
-        return f"Schedule({shown}{', explicit' if self.explicit else ''})"
+        return f"Schedule(switch_at={marked}{', explicit=True' if self.explicit else ''})"
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(repr(self))

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.planted import BY_NAME, PLANTS, Plant, first_failures, hunt, rates, table
+from tests.parallel.planted import (
+    BY_NAME,
+    PLANTS,
+    Plant,
+    first_failures,
+    hunt,
+    main,
+    rates,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,3 +89,28 @@ def test_the_table_shows_what_a_run_did_not_measure_as_a_dash() -> None:
     cells = [[cell.strip() for cell in line.split(" | ")[2:]] for line in lines[2:]]
     assert cells[0] == ["-", "1", "0.2 s", "-", "-", "-", "-", "- |"]
     assert cells[1] == ["passes", "-", "-", "-", "-", "-", "-", "- |"]
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "No such file"),
+        ("{not json", "Expecting"),
+        ('[{"plant": "no-such-plant"}]', "no-such"),
+    ],
+    ids=["missing", "not-json", "unknown-plant"],
+)
+def test_the_table_of_a_file_that_is_not_a_record_is_refused_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, why: str
+) -> None:
+    """``--table`` of a file that is missing, not JSON or names no plant: one line that
+    names the file and exit 2, not a traceback."""
+    recorded = tmp_path / "results.json"
+    if content is not None:
+        recorded.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as exited:
+        main(["--table", str(recorded)])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"planted: --table {recorded}: not a recorded --json file (")
+    assert why in said and "Traceback" not in said
