@@ -1,20 +1,18 @@
 """The hypothesis strategy of parallel programs, drawn whole before anything runs.
 
 ``programs()`` draws a sequential prefix (one to five calls, the first an
-``enqueue_many`` of two or three jobs) and two or
-three branches of up to eight calls from the lockstep's vocabulary: ``enqueue`` and
-``enqueue_many`` with colliding ids, ``claim`` and ``claim_many`` (two owners, short
-and long leases; ``claim_many`` twice as often as another verb), ``finish`` and
-``finish_many`` with tickets the branch got earlier and stale ones from the prefix,
-``redrive`` (more often once a job has died, and half the
-time of a job that is or was dead: operators redrive what they see dead),
-``run_once`` with a scripted send, and faults at
-the hook points. Two race wideners: a hook that pauses inside the transaction (before
-COMMIT) and a send that pauses. Branch processes may be killed (SIGKILL) at a hook point
-or right after a delivery. In a quarter of the programs the second branch mirrors the
-first (the same calls by the other owner), so that every row is contested. Each branch
-is a courier of its own (``b1`` is ``c1``, ``b2`` is ``c2``) that claims under another
-courier's name only sometimes.
+``enqueue_many`` of two or three jobs) and two or three branches of up to eight calls
+from the lockstep's vocabulary: ``enqueue`` and ``enqueue_many`` with colliding ids,
+``claim`` and ``claim_many`` (two owners, short and long leases; ``claim_many`` twice as
+often as another verb), ``finish`` and ``finish_many`` with tickets the branch got
+earlier and stale ones from the prefix, ``redrive`` (more often once a job has died, and
+half the time of a job that is or was dead: operators redrive what they see dead),
+``run_once`` with a scripted send, and faults at the hook points. Two race wideners: a
+hook that pauses inside the transaction (before COMMIT) and a send that pauses. Branch
+processes may be killed (SIGKILL) at a hook point or right after a delivery. In a
+quarter of the programs the second branch mirrors the first (the same calls by the other
+owner), so that every row is contested. Each branch is a courier of its own (``b1`` is
+``c1``, ``b2`` is ``c2``) that claims under another courier's name only sometimes.
 
 Times are drawn as the lockstep draws them: while drawing, the program so far runs on
 a ``QueueModel`` (the prefix, then the branches in turn), and each branch's clock moves

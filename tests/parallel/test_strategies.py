@@ -64,10 +64,10 @@ def test_each_branch_is_a_courier_of_its_own() -> None:
 def test_a_branch_draws_claim_many_more_often_than_claim() -> None:
     """``claim_many`` is drawn once more than the other verbs of a branch (see
     ``MORE_OFTEN``). ``claim`` is drawn more than its share without it (hypothesis
-    leans to a list's first option, and a branch left empty gets a claim): in these
-    programs, 0.69 to 0.85 batch claims a claim without the weight, 1.0 to 1.5 with
-    it (six draws of 150 and 600 programs each); one draw of 150 programs ranges too
-    widely to tell, so this takes 600."""
+    leans to a list's first option, and a branch left empty gets a claim). Batch claims
+    per claim, without the weight: 0.69 to 0.85 in six draws; with it: 0.93 to 1.46 in
+    draws of 150 programs, 1.14 to 1.46 in draws of 600 (1.45 here). A draw of 150 can
+    fall on either side of 1.0, so this takes 600."""
     verbs: Counter[str] = Counter()
 
     @settings(DRAWS, max_examples=600)
